@@ -1,0 +1,28 @@
+# The course's two commands:
+#   make book   build the HTML book into _build/html (creates .venv and installs everything on first use)
+#   make test   run every test: package tests, strict nbval on every chapter, the book build, browser tests
+# Needs only Python 3.11+ and make.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: book test student lab clean
+
+$(STAMP): requirements.txt pyproject.toml
+	@echo "Setting up $(VENV) (first run only, about a minute)..."
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	@touch $(STAMP)
+
+book: $(STAMP)
+	$(BIN)/jupyter-book build . -W -n --keep-going
+	@echo "The book is in _build/html: open _build/html/intro.html in a browser."
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf _build

@@ -1,0 +1,155 @@
+"""Stage 3 of the course: all heads in one module, computed at once.
+
+``MultiHeadAttention`` does the work of :class:`MultiHeadAttentionWrapper` with one query, one key
+and one value projection of width ``d_out``. Their outputs are viewed as ``num_heads`` slices of
+``head_dim = d_out // num_heads`` columns, so a single batched matrix product serves every head.
+An output projection then mixes the merged heads.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ._validation import check_divisible, check_dropout, check_input, check_positive_int
+from .masking import causal_mask
+from .wrapper import MultiHeadAttentionWrapper
+
+
+class MultiHeadAttention(nn.Module):
+    """Causal multi-head attention with the heads batched into one tensor.
+
+    Args:
+        d_in: width of each input token vector.
+        d_out: **total** width of the output, split across heads (new in this class:
+            ``head_dim = d_out // num_heads``; in :class:`MultiHeadAttentionWrapper` ``d_out`` is
+            the width of one head).
+        context_length: the longest sequence the module accepts.
+        dropout: probability of zeroing an attention weight while training.
+        num_heads: how many heads; must divide ``d_out``.
+        qkv_bias: whether the query, key and value projections have a bias.
+
+    Shapes:
+        input ``(batch, num_tokens, d_in)`` -> output ``(batch, num_tokens, d_out)``.
+
+    Example:
+        >>> mha = MultiHeadAttention(3, 4, context_length=6, dropout=0.0, num_heads=2)
+        >>> mha(torch.rand(1, 6, 3)).shape
+        torch.Size([1, 6, 4])
+    """
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        self.d_in = check_positive_int("d_in", d_in)
+        self.d_out = check_positive_int(
+            "d_out", d_out, hint="In MultiHeadAttention d_out is the total width of all heads."
+        )
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.context_length = check_positive_int("context_length", context_length)
+        self.head_dim = check_divisible(self.d_out, self.num_heads)
+        # One projection per role for all heads: columns [h*head_dim, (h+1)*head_dim) belong to head h.
+        self.W_query = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
+        # New in this class: a learned linear map that mixes the concatenated heads.
+        self.out_proj = nn.Linear(self.d_out, self.d_out)
+        self.dropout = nn.Dropout(check_dropout(dropout))
+        self.register_buffer("mask", causal_mask(self.context_length))
+
+    def _split_heads(self, t: torch.Tensor) -> torch.Tensor:
+        batch, num_tokens, _ = t.shape
+        t = t.view(batch, num_tokens, self.num_heads, self.head_dim)  # (B, T, h, hd)
+        return t.transpose(1, 2)  # (B, h, T, hd): heads become a batch dimension
+
+    def _weights_and_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        check_input(x, self.d_in, self.context_length)
+        num_tokens = x.shape[1]
+        queries = self._split_heads(self.W_query(x))  # (B, h, T, hd)
+        keys = self._split_heads(self.W_key(x))  # (B, h, T, hd)
+        values = self._split_heads(self.W_value(x))  # (B, h, T, hd)
+        # Scale the queries (B*T*d_out numbers) rather than the scores (B*h*T*T numbers):
+        # softmax(q k^T / sqrt(hd)) is the same either way, and the query tensor is far smaller.
+        queries = queries * self.head_dim**-0.5
+        scores = queries @ keys.transpose(2, 3)  # (B, h, T, T): one score matrix per head
+        # One mask for every head and every batch row, by broadcasting; filled in place because
+        # the fresh score tensor is not needed unmasked.
+        scores.masked_fill_(self.mask[:num_tokens, :num_tokens], float("-inf"))
+        return torch.softmax(scores, dim=-1), values  # (B, h, T, T), (B, h, T, hd)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights, values = self._weights_and_values(x)  # validates x
+        batch, num_tokens, _ = x.shape
+        context = self.dropout(weights) @ values  # (B, h, T, hd)
+        # Merge: (B, h, T, hd) -> (B, T, h, hd) -> (B, T, d_out). transpose only changes strides,
+        # so the memory must be made contiguous before view can glue the heads side by side.
+        context = context.transpose(1, 2).contiguous().view(batch, num_tokens, self.d_out)
+        return self.out_proj(context)  # (B, T, d_out)
+
+    @torch.no_grad()
+    def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
+        """Every head's attention weights, shape ``(batch, num_heads, num_tokens, num_tokens)``."""
+        return self._weights_and_values(x)[0]
+
+    @classmethod
+    def from_wrapper(cls, wrapper: MultiHeadAttentionWrapper) -> "MultiHeadAttention":
+        """A ``MultiHeadAttention`` that computes exactly what ``wrapper`` computes.
+
+        See :func:`transfer_weights`.
+        """
+        if not isinstance(wrapper, MultiHeadAttentionWrapper):
+            raise TypeError(
+                f"wrapper must be a MultiHeadAttentionWrapper, got {type(wrapper).__name__}."
+            )
+        first = wrapper.heads[0]
+        mha = cls(
+            wrapper.d_in,
+            wrapper.num_heads * wrapper.d_out,
+            wrapper.context_length,
+            first.dropout.p,
+            wrapper.num_heads,
+            qkv_bias=first.W_query.bias is not None,
+        )
+        mha = mha.to(device=first.W_query.weight.device, dtype=first.W_query.weight.dtype)
+        return transfer_weights(wrapper, mha)
+
+
+@torch.no_grad()
+def transfer_weights(wrapper: MultiHeadAttentionWrapper, mha: MultiHeadAttention) -> MultiHeadAttention:
+    """Copy a wrapper's per-head weights into ``mha`` so that both compute the same function.
+
+    Head ``h``'s query, key and value weights become rows ``h*head_dim`` to ``(h+1)*head_dim`` of
+    ``mha``'s projections (the slice that ``view`` assigns to head ``h``), and the output
+    projection becomes the identity, because the wrapper merges by concatenation alone.
+    Returns ``mha``, changed in place.
+    """
+    if not isinstance(wrapper, MultiHeadAttentionWrapper):
+        raise TypeError(f"wrapper must be a MultiHeadAttentionWrapper, got {type(wrapper).__name__}.")
+    if not isinstance(mha, MultiHeadAttention):
+        raise TypeError(f"mha must be a MultiHeadAttention, got {type(mha).__name__}.")
+    expected = {
+        "d_in": wrapper.d_in,
+        "num_heads": wrapper.num_heads,
+        "head_dim": wrapper.d_out,
+    }
+    for name, want in expected.items():
+        got = getattr(mha, name)
+        if got != want:
+            raise ValueError(
+                f"mha.{name} is {got} but the wrapper needs {want}: build the target as "
+                f"MultiHeadAttention(d_in={wrapper.d_in}, d_out={wrapper.num_heads * wrapper.d_out}, "
+                f"..., num_heads={wrapper.num_heads}), since the wrapper's d_out is per head."
+            )
+    wrapper_bias = wrapper.heads[0].W_query.bias is not None
+    if wrapper_bias != (mha.W_query.bias is not None):
+        raise ValueError(
+            f"qkv_bias differs: the wrapper has qkv_bias={wrapper_bias} but mha has "
+            f"qkv_bias={not wrapper_bias}. Build both with the same qkv_bias."
+        )
+    for role in ("W_query", "W_key", "W_value"):
+        target = getattr(mha, role)
+        target.weight.copy_(torch.cat([getattr(head, role).weight for head in wrapper.heads], dim=0))
+        if target.bias is not None:
+            target.bias.copy_(torch.cat([getattr(head, role).bias for head in wrapper.heads], dim=0))
+    mha.out_proj.weight.copy_(torch.eye(mha.d_out, dtype=mha.out_proj.weight.dtype))
+    mha.out_proj.bias.zero_()
+    return mha

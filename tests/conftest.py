@@ -1,0 +1,37 @@
+"""Shared fixtures and helpers for the package tests."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mha_course import CausalAttention, MultiHeadAttention, MultiHeadAttentionWrapper
+
+# Tests run single-threaded and seeded, so results do not depend on the machine's core count.
+torch.set_num_threads(1)
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device; none is present")
+
+
+def build(kind: str, d_in: int = 3, head_dim: int = 2, num_heads: int = 2, context_length: int = 6,
+          dropout: float = 0.0, qkv_bias: bool = False):
+    """Build one of the three attention classes with comparable sizes.
+
+    ``head_dim`` is the width of one head; for ``MultiHeadAttention`` the total ``d_out`` is
+    ``num_heads * head_dim`` and for ``CausalAttention`` there is one head.
+    """
+    if kind == "causal":
+        return CausalAttention(d_in, head_dim, context_length, dropout, qkv_bias)
+    if kind == "wrapper":
+        return MultiHeadAttentionWrapper(d_in, head_dim, context_length, dropout, num_heads, qkv_bias)
+    if kind == "batched":
+        return MultiHeadAttention(d_in, num_heads * head_dim, context_length, dropout, num_heads, qkv_bias)
+    raise ValueError(kind)
+
+
+KINDS = ["causal", "wrapper", "batched"]
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
