@@ -1,0 +1,64 @@
+"""The cost formulas agree with the real modules and with counted matrix products."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import build
+from mha_course import MultiHeadAttention
+from mha_course.cost import count_parameters, multiply_adds, parameter_count, score_memory_bytes
+
+
+@settings(max_examples=30, deadline=None)
+@given(kind=st.sampled_from(["causal", "wrapper", "batched"]), d_in=st.integers(1, 20),
+       head_dim=st.integers(1, 8), num_heads=st.integers(1, 6), qkv_bias=st.booleans())
+def test_parameter_formula_matches_modules(kind, d_in, head_dim, num_heads, qkv_bias):
+    module = build(kind, d_in=d_in, head_dim=head_dim, num_heads=num_heads, qkv_bias=qkv_bias)
+    d_out = num_heads * head_dim if kind == "batched" else head_dim
+    assert parameter_count(kind, d_in, d_out, num_heads, qkv_bias) == count_parameters(module)
+
+
+def test_gpt2_small_attention_parameters():
+    mha = MultiHeadAttention(768, 768, 16, 0.0, 12)
+    assert count_parameters(mha) == parameter_count("batched", 768, 768, 12) == 4 * 768 * 768 + 768
+
+
+def test_regimes():
+    fixed_model = {h: parameter_count("batched", 64, 64, h) for h in (1, 2, 4, 8)}
+    assert len(set(fixed_model.values())) == 1
+    fixed_head = [parameter_count("wrapper", 64, 16, h) for h in (1, 2, 4)]
+    assert fixed_head == [fixed_head[0] * h for h in (1, 2, 4)]
+    macs = {h: multiply_adds("batched", 2, 32, 64, 64, h).total for h in (1, 2, 4, 8)}
+    assert len(set(macs.values())) == 1
+
+
+def _count_matmul_macs(module, x):
+    """Count multiply-adds of every matmul and linear layer the forward pass runs."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        module(x)
+    return counter.get_total_flops() // 2
+
+
+@pytest.mark.parametrize("kind,d_out,num_heads", [("causal", 4, 1), ("wrapper", 3, 3), ("batched", 8, 4)])
+def test_multiply_add_formula_matches_counted_products(kind, d_out, num_heads):
+    head_dim = d_out if kind != "batched" else d_out // num_heads
+    module = build(kind, d_in=5, head_dim=head_dim, num_heads=num_heads, context_length=7)
+    counted = _count_matmul_macs(module, torch.randn(2, 7, 5))
+    assert multiply_adds(kind, 2, 7, 5, d_out, num_heads).total == counted
+
+
+def test_score_memory():
+    assert score_memory_bytes(8, 12, 1024) == 8 * 12 * 1024 * 1024 * 4
+    assert score_memory_bytes(1, 1, 10, bytes_per_element=2) == 200
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="kind must be one of 'causal', 'wrapper', 'batched', got 'fast'"):
+        parameter_count("fast", 3, 4, 2)
+    with pytest.raises(ValueError, match=r"d_out \(5\) must be divisible by num_heads \(2\)"):
+        multiply_adds("batched", 1, 6, 3, 5, 2)
