@@ -62,3 +62,12 @@ def test_bad_arguments():
         parameter_count("fast", 3, 4, 2)
     with pytest.raises(ValueError, match=r"d_out \(5\) must be divisible by num_heads \(2\)"):
         multiply_adds("batched", 1, 6, 3, 5, 2)
+
+
+def test_measure_reports_positive_median_and_rejects_bad_time():
+    from mha_course.timing import measure
+
+    timing = measure(torch.mm, torch.ones(16, 16), torch.ones(16, 16), min_run_time=0.01)
+    assert timing.median > 0 and timing.runs >= 1 and timing.median_ms == timing.median * 1e3
+    with pytest.raises(ValueError, match="min_run_time must be positive seconds, got 0"):
+        measure(torch.mm, torch.ones(2, 2), torch.ones(2, 2), min_run_time=0)
