@@ -1,0 +1,108 @@
+"""Pages of the built book and how to open them: shared by the browser tests and their fixtures."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+HTML = REPO / "_build" / "html"
+SCREENSHOTS = REPO / "_build" / "screenshots"
+CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
+# The flags TOOLCHAIN.md lists: no sandbox (containers, root), no GPU, and no background traffic.
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+DESKTOP = {"width": 1280, "height": 900}
+PHONE = {"width": 390, "height": 844}
+ENABLE_HINT = (
+    "install chromium to run them: `sudo apt-get install -y chromium` "
+    "(`make test` installs it itself when run as root, as CI does)"
+)
+
+
+# --------------------------------------------------------------------------------------------
+# The table of contents
+# --------------------------------------------------------------------------------------------
+
+def _docname(entry: str) -> str:
+    return re.sub(r"\.(md|ipynb|rst)$", "", entry)
+
+
+def toc_docnames(toc_path: Path = REPO / "_toc.yml") -> list[str]:
+    """Every page of ``_toc.yml`` in reading order: the root, then each part's chapters and sections."""
+    toc = yaml.safe_load(toc_path.read_text(encoding="utf-8"))
+    names = [_docname(toc["root"])]
+
+    def walk(entries) -> None:
+        for entry in entries or []:
+            if "file" in entry:
+                names.append(_docname(entry["file"]))
+            elif "glob" in entry:
+                raise ValueError(f"_toc.yml: glob entries are not supported by the browser tests: {entry}")
+            walk(entry.get("sections"))
+            for part in entry.get("parts") or []:
+                walk(part.get("chapters"))
+
+    for part in toc.get("parts") or []:
+        walk(part.get("chapters"))
+    walk(toc.get("chapters"))
+    walk(toc.get("sections"))
+    return names
+
+
+def source_of(docname: str) -> Path:
+    for suffix in (".ipynb", ".md"):
+        path = REPO / f"{docname}{suffix}"
+        if path.exists():
+            return path
+    raise FileNotFoundError(f"_toc.yml lists {docname!r} but neither {docname}.ipynb nor {docname}.md exists")
+
+
+def markdown_of(docname: str) -> str:
+    """The page's markdown: the .md file, or the markdown cells of the notebook."""
+    path = source_of(docname)
+    if path.suffix == ".md":
+        return path.read_text(encoding="utf-8")
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    return "\n\n".join(
+        "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        for cell in notebook["cells"]
+        if cell["cell_type"] == "markdown"
+    )
+
+
+def page_file(docname: str) -> Path:
+    return HTML / f"{docname}.html"
+
+
+DOCNAMES = toc_docnames()
+
+
+# --------------------------------------------------------------------------------------------
+# Opening a page
+# --------------------------------------------------------------------------------------------
+
+def open_page(page, url: str) -> None:
+    """Go to ``url`` and wait until it is fully rendered: MathJax typeset, fonts and images loaded."""
+    page.goto(url, wait_until="load")
+    page.evaluate(WAIT_UNTIL_RENDERED)
+
+
+# MathJax is deferred, so by the load event it has started; its startup promise resolves after the
+# first typeset. Lazy images are made eager so that every image is fetched, not only those on screen.
+WAIT_UNTIL_RENDERED = """async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
+  for (const img of document.images) { img.loading = "eager"; }
+  await Promise.all([...document.images].map((img) => img.complete ? null :
+    new Promise((resolve) => { img.addEventListener("load", resolve); img.addEventListener("error", resolve); })));
+  await document.fonts.ready;
+}"""

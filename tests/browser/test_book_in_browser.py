@@ -1,0 +1,193 @@
+"""The built book as readers see it, in chromium, offline.
+
+Every page of ``_toc.yml`` (so a new chapter is covered as soon as it is listed) must load without
+console errors, failed requests or requests that leave the machine; render its equations with
+the book's own MathJax; load every image; open every exercise's solution dropdown; and not scroll
+sideways on a phone. Search and next/previous navigation are tested as a reader uses them, and
+MathJax's menu and accessibility tools are tried on a page with equations.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from book_pages import DOCNAMES, PHONE, markdown_of, open_page, page_file
+
+pytestmark = pytest.mark.browser
+
+CHAPTERS = DOCNAMES[1:]  # every page after the root
+
+# Directives that create an exercise or a solution in the sources (sphinx-exercise).
+EXERCISE_DIRECTIVE = re.compile(r"^\s*(```+|:::+)\s*\{(exercise|exercise-start)\}", re.MULTILINE)
+SOLUTION_DIRECTIVE = re.compile(r"^\s*(```+|:::+)\s*\{(solution|solution-start)\}", re.MULTILINE)
+
+
+def _listing(lines) -> str:
+    return "\n  " + "\n  ".join(dict.fromkeys(lines))  # each problem once, in the order seen
+
+
+def _fail_if(problems, message: str) -> None:
+    if problems:
+        pytest.fail(message + _listing(problems), pytrace=False)
+
+
+@pytest.mark.parametrize("docname", DOCNAMES)
+def test_page_loads_without_errors_and_offline(visit, docname):
+    _fail_if(visit(docname).problems, f"{docname}.html:")
+
+
+@pytest.mark.parametrize("docname", DOCNAMES)
+def test_equations_render(visit, docname):
+    page = visit(docname)
+    assert page.math_rendered == page.math_total, (
+        f"{docname}.html: MathJax rendered {page.math_rendered} of {page.math_total} equations"
+    )
+    _fail_if(page.math_errors, f"{docname}.html: TeX errors:")
+
+
+def test_the_book_has_equations(visit):
+    """Guards the test above against passing because no page had any math left to check."""
+    assert sum(visit(name).math_total for name in DOCNAMES) > 0, "no page of the book has an equation"
+
+
+@pytest.mark.parametrize("docname", DOCNAMES)
+def test_images_load(visit, docname):
+    broken = [src for src, width in visit(docname).images if width == 0]
+    _fail_if(broken, f"{docname}.html: images that did not load:")
+
+
+def test_the_book_has_images(visit):
+    assert sum(len(visit(name).images) for name in DOCNAMES) > 0, "no page of the book has an image"
+
+
+@pytest.mark.parametrize("docname", DOCNAMES)
+def test_every_solution_is_a_dropdown_that_opens(visit, docname):
+    page = visit(docname)
+    source = markdown_of(docname)
+    in_source = len(EXERCISE_DIRECTIVE.findall(source)), len(SOLUTION_DIRECTIVE.findall(source))
+    assert (page.exercises, len(page.solutions)) == in_source, (
+        f"{docname}: the source has {in_source[0]} exercises and {in_source[1]} solutions but the page "
+        f"shows {page.exercises} and {len(page.solutions)}"
+    )
+    for solution in page.solutions:
+        assert solution.is_dropdown, f"{docname}: '{solution.label}' is not a dropdown; give it :class: dropdown"
+        assert solution.hidden_at_first, f"{docname}: '{solution.label}' is open before the reader asks"
+        assert solution.shown_after_click, f"{docname}: '{solution.label}' did not open when clicked"
+
+
+@pytest.mark.parametrize("docname", DOCNAMES)
+def test_no_sideways_scrolling_on_a_phone(visit, docname):
+    overflow = visit(docname).phone_overflow_px
+    assert overflow <= 0, (
+        f"{docname}.html scrolls {overflow} px sideways at {PHONE['width']} px wide: something is wider "
+        "than the screen (see the phone screenshot)"
+    )
+
+
+@pytest.mark.parametrize("docname", DOCNAMES)
+def test_screenshots_saved(visit, docname):
+    for path in visit(docname).screenshots:
+        assert path.is_file() and path.stat().st_size > 10_000, f"no screenshot at {path}"
+
+
+def _search_word(title: str) -> str:
+    """The longest word of a chapter's title: specific enough to find that chapter."""
+    return max(re.findall(r"[A-Za-z]{4,}", title), key=len).lower()
+
+
+@pytest.mark.parametrize("docname", CHAPTERS)
+def test_search_finds_the_chapter(visit, offline_page, docname):
+    word = _search_word(visit(docname).title)
+    page, recorder = offline_page
+    open_page(page, page_file(DOCNAMES[0]).as_uri())
+    # As a reader searches: the keyboard shortcut opens the search box, Enter submits it.
+    page.keyboard.press("Control+k")
+    box = page.locator("form.bd-search input[name=q]:visible").first
+    box.fill(word)
+    box.press("Enter")
+    page.wait_for_url(re.compile(r"/search\.html\?q="))
+    summary = page.locator("#search-results .search-summary")
+    summary.wait_for(state="visible")
+    page.wait_for_function("() => /Search finished/.test(document.querySelector('#search-results').textContent)")
+    found = page.locator("#search-results ul.search li a").evaluate_all("links => links.map((a) => a.href)")
+    assert any(href.endswith(f"/{docname}.html") for href in found), (
+        f"searching for {word!r} (from the title of {docname}) found {found or 'nothing'}"
+    )
+    _fail_if(recorder.problems, "while searching:")
+
+
+def test_next_and_previous_walk_the_table_of_contents(offline_page):
+    page, recorder = offline_page
+    open_page(page, page_file(DOCNAMES[0]).as_uri())
+
+    def here() -> str:
+        return re.sub(r"^.*?/_build/html/|\.html(#.*)?$", "", page.url)
+
+    def follow(link: str) -> None:
+        with page.expect_navigation(wait_until="load"):
+            page.locator(link).first.click()
+
+    forward = [here()]
+    while page.locator("a.right-next").count():
+        follow("a.right-next")
+        forward.append(here())
+        assert len(forward) <= len(DOCNAMES), f"'next' runs past the end of the book: {forward}"
+    assert forward == DOCNAMES, "following 'next' from the first page"
+
+    backward = [here()]
+    while page.locator("a.left-prev").count():
+        follow("a.left-prev")
+        backward.append(here())
+        assert len(backward) <= len(DOCNAMES), f"'previous' runs past the start of the book: {backward}"
+    assert backward == DOCNAMES[::-1], "following 'previous' from the last page"
+    _fail_if(recorder.problems, "while following next and previous:")
+
+
+def _first_page_with_math(visit) -> str:
+    for name in DOCNAMES:
+        if visit(name).math_total:
+            return name
+    pytest.fail("no page of the book has an equation")
+
+
+def _use_menu(page, math, *path: str) -> None:
+    """Right-click an equation and choose ``path`` in MathJax's menu, e.g. ("Accessibility", "Activate")."""
+    math.click(button="right")
+    for depth, item in enumerate(path):
+        menu = page.locator(".CtxtMenu_Menu:visible").last
+        entry = menu.locator(".CtxtMenu_MenuItem", has_text=re.compile(rf"^\s*{re.escape(item)}")).first
+        if depth < len(path) - 1:
+            entry.hover()
+        else:
+            entry.click()
+
+
+def test_mathjax_menu_accessibility_and_renderers_work_offline(visit, offline_page):
+    """The parts of MathJax loaded on demand are in the book: speech, collapsible math, SVG output."""
+    docname = _first_page_with_math(visit)
+    count = visit(docname).math_rendered
+    page, recorder = offline_page
+    open_page(page, page_file(docname).as_uri())
+    rendered = page.locator("article .math mjx-container")
+
+    _use_menu(page, rendered.first, "Accessibility", "Activate")
+    # The explorer enriches every equation with speech, loaded from the book's speech rules.
+    page.wait_for_function(
+        "n => document.querySelectorAll('article .math mjx-container[has-speech], "
+        "article .math [data-semantic-speech]').length > 0 && "
+        "document.querySelectorAll('article .math mjx-container').length === n",
+        arg=count,
+    )
+    speech = page.locator("article .math [data-semantic-speech]").first.get_attribute("data-semantic-speech")
+    assert speech and speech.strip(), "the explorer produced no speech for the first equation"
+
+    _use_menu(page, rendered.first, "Math Settings", "Math Renderer", "SVG")
+    page.wait_for_function(
+        "n => document.querySelectorAll('article .math mjx-container[jax=\"SVG\"]').length === n", arg=count
+    )
+    _use_menu(page, rendered.first, "Accessibility", "Collapsible Math")
+    page.evaluate("() => MathJax.startup.promise")
+    assert rendered.count() == count, "equations went missing after using MathJax's menu"
+    _fail_if(recorder.problems, "while using MathJax's menu:")
