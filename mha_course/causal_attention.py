@@ -25,13 +25,23 @@ class CausalAttention(nn.Module):
         qkv_bias: whether the query, key and value projections have a bias.
 
     Shapes:
-        input ``(batch, num_tokens, d_in)`` -> output ``(batch, num_tokens, d_out)``,
-        with ``num_tokens <= context_length``.
+        input: ``(batch, num_tokens, d_in)``, with ``num_tokens <= context_length``.
+        output: ``(batch, num_tokens, d_out)``.
+
+    Raises:
+        ValueError: for a size that is not positive, a ``dropout`` outside ``[0, 1)``, or an input
+            of the wrong shape or length; the message names the argument and the fix.
+        TypeError: for an argument or input of the wrong type, e.g. integer token ids.
+
+    Attributes:
+        W_query: ``nn.Linear(d_in, d_out)``, the query projection; ``W_key`` and ``W_value`` are
+            its twins for keys and values. Their weights are stored transposed, ``(d_out, d_in)``.
+        mask: boolean buffer ``(context_length, context_length)``, ``True`` above the diagonal,
+            where a query must not see a key (see :func:`causal_mask`).
 
     Example:
-        >>> torch.manual_seed(123)  # doctest: +ELLIPSIS
-        <torch._C.Generator object at ...>
-        >>> head = CausalAttention(d_in=3, d_out=2, context_length=6, dropout=0.0)
+        >>> _ = torch.manual_seed(123)
+        >>> head = CausalAttention(3, 2, context_length=6, dropout=0.0)
         >>> head(torch.rand(2, 6, 3)).shape
         torch.Size([2, 6, 2])
     """
@@ -66,6 +76,10 @@ class CausalAttention(nn.Module):
         return weights, values
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Context vectors for ``x``: ``(batch, num_tokens, d_in) -> (batch, num_tokens, d_out)``.
+
+        Row ``t`` of the output is a weighted average of the value vectors of tokens ``0 .. t``.
+        """
         weights, values = self._weights_and_values(x)
         return self.dropout(weights) @ values  # (B, T, d_out)
 
@@ -73,6 +87,17 @@ class CausalAttention(nn.Module):
     def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
         """The softmax attention weights for ``x``, shape ``(batch, num_tokens, num_tokens)``.
 
-        Dropout is not applied, so the rows sum to one; ``forward`` is unchanged.
+        Entry ``[b, i, j]`` is how much token ``i`` draws on token ``j``; it is zero for ``j > i``.
+        Dropout is not applied, so every row sums to one. Runs without gradients.
+
+        Example:
+            >>> head = CausalAttention(3, 2, context_length=6, dropout=0.0)
+            >>> weights = head.attention_weights(torch.rand(1, 3, 3))
+            >>> weights.shape
+            torch.Size([1, 3, 3])
+            >>> bool(weights[0, 0, 1] == 0)  # token 1 never sees token 2
+            True
+            >>> weights.sum(-1).allclose(torch.ones(1, 3))
+            True
         """
         return self._weights_and_values(x)[0]

@@ -38,7 +38,18 @@ _THREE_TOKEN_EMBEDDINGS = [
 def running_example(batch: bool = False) -> torch.Tensor:
     """The six embedded tokens of "Your journey starts with one step": shape ``(6, 3)``.
 
-    With ``batch=True`` the result has a batch dimension: ``(1, 6, 3)``.
+    Row ``i`` embeds word ``RUNNING_WORDS[i]`` in three dimensions, small enough to print.
+
+    Args:
+        batch: add a leading batch dimension, giving ``(1, 6, 3)``, the shape the attention
+            modules take.
+
+    Example:
+        >>> x = running_example(batch=True)
+        >>> x.shape
+        torch.Size([1, 6, 3])
+        >>> RUNNING_WORDS[1], [round(v, 2) for v in x[0, 1].tolist()]
+        ('journey', [0.55, 0.87, 0.66])
     """
     x = torch.tensor(_RUNNING_EMBEDDINGS, dtype=torch.float32)
     return x.unsqueeze(0) if batch else x
@@ -47,7 +58,14 @@ def running_example(batch: bool = False) -> torch.Tensor:
 def three_token_example(batch: bool = False) -> torch.Tensor:
     """The three embedded tokens 1, 2, 3 of the source texts' diagrams: shape ``(3, 3)``.
 
-    With ``batch=True`` the result has a batch dimension: ``(1, 3, 3)``.
+    Args:
+        batch: add a leading batch dimension, giving ``(1, 3, 3)``.
+
+    Example:
+        >>> three_token_example().shape, three_token_example(batch=True).shape
+        (torch.Size([3, 3]), torch.Size([1, 3, 3]))
+        >>> THREE_TOKEN_LABELS
+        ('1', '2', '3')
     """
     x = torch.tensor(_THREE_TOKEN_EMBEDDINGS, dtype=torch.float32)
     return x.unsqueeze(0) if batch else x
@@ -57,6 +75,18 @@ def random_batch(batch: int, num_tokens: int, d_in: int, seed: int = 0, device=N
     """A reproducible ``(batch, num_tokens, d_in)`` tensor of standard-normal numbers.
 
     The same seed gives the same numbers on every run, without touching the global RNG.
+
+    Args:
+        batch: number of sequences.
+        num_tokens: tokens per sequence.
+        d_in: width of each token vector.
+        seed: seed of the private random generator.
+        device: where to put the result (default: the CPU, where it is drawn).
+
+    Example:
+        >>> x = random_batch(2, 4, 8, seed=1)
+        >>> x.shape, torch.equal(x, random_batch(2, 4, 8, seed=1))
+        (torch.Size([2, 4, 8]), True)
     """
     batch = check_positive_int("batch", batch)
     num_tokens = check_positive_int("num_tokens", num_tokens)

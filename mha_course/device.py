@@ -22,6 +22,14 @@ def get_device(prefer: str | None = None) -> torch.device:
     variable if set, else CUDA if available, else Apple MPS if available, else the CPU. A device
     that is asked for but not available raises a ``RuntimeError`` saying what is available.
 
+    Args:
+        prefer: a device name such as ``"cpu"``, ``"cuda"``, ``"cuda:1"`` or ``"mps"``, or
+            ``None`` for the automatic choice.
+
+    Raises:
+        ValueError: if the name is not a torch device.
+        RuntimeError: if the device is not available on this machine.
+
     Example:
         >>> get_device("cpu")
         device(type='cpu')

@@ -28,6 +28,19 @@ def sdpa_forward(mha: MultiHeadAttention, x: torch.Tensor) -> torch.Tensor:
     The query, key, value and output projections are ``mha``'s own; only the middle (scores,
     scale, mask, softmax, weighted sum) is replaced by the fused call with ``is_causal=True``.
     Dropout is applied only when ``mha`` is in training mode.
+
+    Args:
+        mha: the module whose weights to use.
+        x: input of shape ``(batch, num_tokens, mha.d_in)``.
+
+    Returns:
+        ``(batch, num_tokens, mha.d_out)``, equal to ``mha(x)`` up to rounding in eval mode.
+
+    Example:
+        >>> mha = MultiHeadAttention(3, 4, 6, dropout=0.0, num_heads=2)
+        >>> x = torch.rand(2, 6, 3)
+        >>> torch.allclose(sdpa_forward(mha, x), mha(x), atol=1e-6)
+        True
     """
     mha = _require_mha(mha)
     check_input(x, mha.d_in, mha.context_length)
@@ -46,7 +59,25 @@ def to_torch_multihead(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     """Build a ``torch.nn.MultiheadAttention`` (``batch_first=True``) with ``mha``'s weights.
 
     PyTorch's module maps ``embed_dim`` to ``embed_dim``, so this needs ``mha.d_in == mha.d_out``.
-    Call it as ``torch_mha(x, x, x, attn_mask=causal_mask(T), need_weights=False)``.
+    Its packed ``in_proj_weight`` holds ``mha``'s query, key and value weights stacked, its
+    ``out_proj`` is ``mha``'s; biases missing in ``mha`` become zeros. Call it as
+    ``torch_mha(x, x, x, attn_mask=causal_mask(T), need_weights=False)``, or use
+    :func:`torch_multihead_forward`.
+
+    Args:
+        mha: the module to copy; needs ``d_in == d_out``.
+
+    Returns:
+        A new ``torch.nn.MultiheadAttention`` on ``mha``'s device and dtype, in ``mha``'s
+        training mode.
+
+    Example:
+        >>> mha = MultiHeadAttention(4, 4, 6, dropout=0.0, num_heads=2)
+        >>> torch_mha = to_torch_multihead(mha)
+        >>> x = torch.rand(2, 6, 4)
+        >>> y = torch_multihead_forward(torch_mha, x)
+        >>> torch.allclose(y, mha(x), atol=1e-6)
+        True
     """
     mha = _require_mha(mha)
     if mha.d_in != mha.d_out:
@@ -71,7 +102,20 @@ def to_torch_multihead(mha: MultiHeadAttention) -> nn.MultiheadAttention:
 
 
 def torch_multihead_forward(torch_mha: nn.MultiheadAttention, x: torch.Tensor) -> torch.Tensor:
-    """Causal self-attention with a ``torch.nn.MultiheadAttention``: ``(B, T, E) -> (B, T, E)``."""
+    """Causal self-attention with a ``torch.nn.MultiheadAttention``: ``(B, T, E) -> (B, T, E)``.
+
+    Queries, keys and values are all ``x``; the mask is :func:`causal_mask` of ``x``'s length.
+
+    Args:
+        torch_mha: a ``batch_first=True`` module, e.g. from :func:`to_torch_multihead`.
+        x: input of shape ``(batch, num_tokens, embed_dim)``.
+
+    Example:
+        >>> torch_mha = nn.MultiheadAttention(4, 2, batch_first=True)
+        >>> x = torch.rand(1, 5, 4)
+        >>> torch_multihead_forward(torch_mha, x).shape
+        torch.Size([1, 5, 4])
+    """
     mask = causal_mask(x.shape[1], device=x.device)  # True = may not attend, as PyTorch expects
     output, _ = torch_mha(x, x, x, attn_mask=mask, need_weights=False)
     return output

@@ -30,10 +30,21 @@ class MultiHeadAttention(nn.Module):
         qkv_bias: whether the query, key and value projections have a bias.
 
     Shapes:
-        input ``(batch, num_tokens, d_in)`` -> output ``(batch, num_tokens, d_out)``.
+        input: ``(batch, num_tokens, d_in)``, with ``num_tokens <= context_length``.
+        queries, keys, values: ``(batch, num_heads, num_tokens, head_dim)`` inside ``forward``.
+        output: ``(batch, num_tokens, d_out)``.
+
+    Attributes:
+        head_dim: ``d_out // num_heads``, the width of one head.
+        W_query: ``nn.Linear(d_in, d_out)``, the query projection of all heads at once (output
+            columns ``h * head_dim`` to ``(h + 1) * head_dim`` belong to head ``h``); ``W_key``
+            and ``W_value`` are its twins for keys and values.
+        out_proj: ``nn.Linear(d_out, d_out)`` that mixes the concatenated heads.
+        mask: boolean buffer ``(context_length, context_length)``, ``True`` where attention is
+            forbidden, shared by every head.
 
     Example:
-        >>> mha = MultiHeadAttention(3, 4, context_length=6, dropout=0.0, num_heads=2)
+        >>> mha = MultiHeadAttention(3, 4, 6, dropout=0.0, num_heads=2)
         >>> mha(torch.rand(1, 6, 3)).shape
         torch.Size([1, 6, 4])
     """
@@ -77,6 +88,7 @@ class MultiHeadAttention(nn.Module):
         return torch.softmax(scores, dim=-1), values  # (B, h, T, T), (B, h, T, hd)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """All heads in one batched product, merged and projected: ``(B, T, d_in) -> (B, T, d_out)``."""
         weights, values = self._weights_and_values(x)  # validates x
         batch, num_tokens, _ = x.shape
         context = self.dropout(weights) @ values  # (B, h, T, hd)
@@ -87,14 +99,29 @@ class MultiHeadAttention(nn.Module):
 
     @torch.no_grad()
     def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
-        """Every head's attention weights, shape ``(batch, num_heads, num_tokens, num_tokens)``."""
+        """Every head's attention weights, shape ``(batch, num_heads, num_tokens, num_tokens)``.
+
+        Example:
+            >>> mha = MultiHeadAttention(3, 4, 6, dropout=0.0, num_heads=2)
+            >>> mha.attention_weights(torch.rand(1, 5, 3)).shape
+            torch.Size([1, 2, 5, 5])
+        """
         return self._weights_and_values(x)[0]
 
     @classmethod
     def from_wrapper(cls, wrapper: MultiHeadAttentionWrapper) -> "MultiHeadAttention":
         """A ``MultiHeadAttention`` that computes exactly what ``wrapper`` computes.
 
-        See :func:`transfer_weights`.
+        Its ``d_out`` is ``wrapper.num_heads * wrapper.d_out`` (the wrapper's ``d_out`` is per
+        head); it has the wrapper's dropout, bias setting, device and dtype, and weights copied by
+        :func:`transfer_weights`.
+
+        Example:
+            >>> wrapper = MultiHeadAttentionWrapper(3, 2, 6, dropout=0.0, num_heads=2)
+            >>> mha = MultiHeadAttention.from_wrapper(wrapper)
+            >>> x = torch.rand(2, 6, 3)
+            >>> mha.d_out, torch.allclose(mha(x), wrapper(x), atol=1e-6)
+            (4, True)
         """
         if not isinstance(wrapper, MultiHeadAttentionWrapper):
             raise TypeError(
@@ -120,7 +147,28 @@ def transfer_weights(wrapper: MultiHeadAttentionWrapper, mha: MultiHeadAttention
     Head ``h``'s query, key and value weights become rows ``h*head_dim`` to ``(h+1)*head_dim`` of
     ``mha``'s projections (the slice that ``view`` assigns to head ``h``), and the output
     projection becomes the identity, because the wrapper merges by concatenation alone.
-    Returns ``mha``, changed in place.
+
+    Args:
+        wrapper: the stacked heads to copy from.
+        mha: the batched module to copy into; it needs the wrapper's ``d_in``, ``num_heads``
+            and ``qkv_bias``, and ``head_dim`` equal to the wrapper's ``d_out``, so
+            ``mha.d_out == wrapper.num_heads * wrapper.d_out``.
+
+    Returns:
+        ``mha``, changed in place (no gradients are recorded).
+
+    Raises:
+        TypeError: if the arguments are not a wrapper and a ``MultiHeadAttention``.
+        ValueError: if their sizes or bias settings differ; the message gives the constructor
+            call that fits.
+
+    Example:
+        >>> wrapper = MultiHeadAttentionWrapper(3, 2, 6, dropout=0.0, num_heads=2)
+        >>> mha = MultiHeadAttention(3, 4, 6, dropout=0.0, num_heads=2)
+        >>> mha = transfer_weights(wrapper, mha)
+        >>> x = torch.rand(1, 6, 3)
+        >>> torch.allclose(mha(x), wrapper(x), atol=1e-6)
+        True
     """
     if not isinstance(wrapper, MultiHeadAttentionWrapper):
         raise TypeError(f"wrapper must be a MultiHeadAttentionWrapper, got {type(wrapper).__name__}.")

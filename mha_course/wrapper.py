@@ -29,10 +29,15 @@ class MultiHeadAttentionWrapper(nn.Module):
         qkv_bias: whether the query, key and value projections have a bias.
 
     Shapes:
-        input ``(batch, num_tokens, d_in)`` -> output ``(batch, num_tokens, num_heads * d_out)``.
+        input: ``(batch, num_tokens, d_in)``, with ``num_tokens <= context_length``.
+        output: ``(batch, num_tokens, num_heads * d_out)``.
+
+    Attributes:
+        heads: ``nn.ModuleList`` of ``num_heads`` independent :class:`CausalAttention` heads;
+            columns ``h * d_out`` to ``(h + 1) * d_out`` of the output come from ``heads[h]``.
 
     Example:
-        >>> wrapper = MultiHeadAttentionWrapper(3, 2, context_length=6, dropout=0.0, num_heads=2)
+        >>> wrapper = MultiHeadAttentionWrapper(3, 2, 6, dropout=0.0, num_heads=2)
         >>> wrapper(torch.rand(1, 6, 3)).shape
         torch.Size([1, 6, 4])
     """
@@ -50,12 +55,19 @@ class MultiHeadAttentionWrapper(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Run every head on ``x`` and concatenate: ``(B, T, d_in) -> (B, T, num_heads * d_out)``."""
         check_input(x, self.d_in, self.context_length)
         # The merge: the only place where the heads' paths meet.
         return torch.cat([head(x) for head in self.heads], dim=-1)  # (B, T, num_heads * d_out)
 
     @torch.no_grad()
     def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
-        """Every head's attention weights, shape ``(batch, num_heads, num_tokens, num_tokens)``."""
+        """Every head's attention weights, shape ``(batch, num_heads, num_tokens, num_tokens)``.
+
+        Example:
+            >>> wrapper = MultiHeadAttentionWrapper(3, 2, 6, dropout=0.0, num_heads=2)
+            >>> wrapper.attention_weights(torch.rand(1, 4, 3)).shape
+            torch.Size([1, 2, 4, 4])
+        """
         check_input(x, self.d_in, self.context_length)
         return torch.stack([head.attention_weights(x) for head in self.heads], dim=1)
