@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
 import re
 from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 HTML = REPO / "_build" / "html"
 SCREENSHOTS = REPO / "_build" / "screenshots"
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
@@ -85,6 +87,32 @@ def page_file(docname: str) -> Path:
 
 
 DOCNAMES = toc_docnames()
+
+
+# --------------------------------------------------------------------------------------------
+# The API page
+# --------------------------------------------------------------------------------------------
+
+API_PAGE = REPO / "book" / "api.md"
+AUTODOC = re.compile(r"^\s*\.\. auto(class|function|data|exception|attribute|module)::\s*(\S+)", re.MULTILINE)
+
+
+def documented_targets() -> set[str]:
+    """The dotted names that the API page's autodoc directives document."""
+    return {target for _, target in AUTODOC.findall(API_PAGE.read_text(encoding="utf-8"))}
+
+
+def accepted_targets(name: str) -> set[str]:
+    """Where a public name may be documented: ``mha_course.NAME``, or under the submodule that defines it."""
+    import mha_course
+
+    obj = getattr(mha_course, name)
+    targets = {f"mha_course.{name}"}
+    for module_info in pkgutil.iter_modules(mha_course.__path__):
+        module = importlib.import_module(f"mha_course.{module_info.name}")
+        if getattr(module, name, None) is obj:
+            targets.add(f"{module.__name__}.{name}")
+    return targets
 
 
 # --------------------------------------------------------------------------------------------

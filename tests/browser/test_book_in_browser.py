@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from book_pages import DOCNAMES, PHONE, markdown_of, open_page, page_file
+from book_pages import DOCNAMES, PHONE, accepted_targets, markdown_of, open_page, page_file
 
 pytestmark = pytest.mark.browser
 
@@ -191,3 +191,24 @@ def test_mathjax_menu_accessibility_and_renderers_work_offline(visit, offline_pa
     page.evaluate("() => MathJax.startup.promise")
     assert rendered.count() == count, "equations went missing after using MathJax's menu"
     _fail_if(recorder.problems, "while using MathJax's menu:")
+
+
+def test_api_page_shows_every_public_name_with_its_docstring(offline_page):
+    import mha_course
+
+    api = "book/api"
+    assert api in DOCNAMES, "the API reference (book/api.md) is not in _toc.yml"
+    page, recorder = offline_page
+    open_page(page, page_file(api).as_uri())
+    missing = []
+    for name in mha_course.__all__:
+        ids = sorted(accepted_targets(name))
+        entry = page.locator(", ".join(f'dt[id="{target}"]' for target in ids)).first
+        if not entry.count() or not entry.is_visible():
+            missing.append(f"{name}: no entry with id {' or '.join(ids)}")
+            continue
+        description = entry.evaluate("dt => dt.nextElementSibling ? dt.nextElementSibling.innerText : ''")
+        if len(description.split()) < 5:
+            missing.append(f"{name}: its entry shows no docstring")
+    _fail_if(missing, "the API page does not show:")
+    _fail_if(recorder.problems, "while opening the API page:")
