@@ -276,10 +276,10 @@ def plot_cost_regimes(points):
         ax.set_xticks(head_counts, [str(h) for h in head_counts])
         ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
         ax.set_xlabel("number of heads")
-        ax.set_ylabel(f"× {label} at {lo} head{'s' if lo > 1 else ''}")
+        ax.set_ylabel(f"× its value at {lo} head{'s' if lo > 1 else ''}")
         ax.set_title(label)
         ax.grid(True, which="major", alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=8.5, frameon=False)
-    fig.tight_layout(rect=(0, 0.12 + 0.04 * (len(labels) > 3), 1, 1))
+    fig.tight_layout(rect=(0, 0.09 + 0.04 * (len(labels) > 3), 1, 1))
     return fig
