@@ -107,12 +107,17 @@ class Table:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
+        numeric = [all(isinstance(row[i], (int, float)) for row in self.rows) for i in range(len(self.columns))]
+        align = ['style="text-align:right"' if num else 'style="text-align:left"' for num in numeric]
+        head = "".join(f"<th {a}>{html.escape(c)}</th>" for c, a in zip(self.columns, align))
         body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in self._text_cells()
+            "<tr>" + "".join(f"<td {a}>{html.escape(v)}</td>" for v, a in zip(row, align)) + "</tr>"
+            for row in self._text_cells()
         )
         caption = f"<caption>{html.escape(self.title)}</caption>" if self.title else ""
-        return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        # Wide tables scroll sideways instead of wrapping every cell onto several lines.
+        return (f'<div style="overflow-x:auto"><table class="table" style="font-size:0.8em; white-space:nowrap">'
+                f"{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
 
 
 def _kind(module: nn.Module) -> str:
@@ -399,13 +404,14 @@ def head_count_sweep(head_counts: Sequence[int] = (1, 2, 4, 8, 16), *, regimes: 
 def sweep_table(points: Sequence[SweepPoint]) -> Table:
     """Tabulate a :func:`head_count_sweep`, with each quantity also as a ratio to the fewest heads.
 
-    The ratios compare a point with the point of the same regime and implementation that has the
-    fewest heads, so "x 2.00" in the parameters ratio means "twice the parameters of one head".
+    The ``fixed`` column names the regime (``head width`` or ``model width`` fixed). The ratios
+    compare a point with the point of the same regime and implementation that has the fewest
+    heads, so 2.00 in the parameters ratio means twice the parameters of the fewest heads.
     """
     if not points:
         raise ValueError("points is empty; pass the result of head_count_sweep(...).")
     timed = all(p.time is not None for p in points)
-    columns = ["regime", "module", "heads", "head_dim", "width", "parameters", "params ratio",
+    columns = ["fixed", "module", "heads", "head_dim", "width", "parameters", "params ratio",
                "multiply-adds", "MACs ratio", "score MiB"]
     if timed:
         columns += ["time (ms)", "time ratio"]
@@ -417,7 +423,7 @@ def sweep_table(points: Sequence[SweepPoint]) -> Table:
     rows = []
     for p in points:
         b = base[(p.regime, p.implementation)]
-        row = [p.regime.replace("_", " "), p.implementation, p.num_heads, p.head_dim, p.width, p.parameters,
+        row = [p.regime.replace("_fixed", "").replace("_", " "), p.implementation, p.num_heads, p.head_dim, p.width, p.parameters,
                p.parameters / b.parameters, p.multiply_adds, p.multiply_adds / b.multiply_adds,
                p.score_bytes / 2**20]
         if timed:

@@ -156,41 +156,44 @@ def plot_head_flow(num_heads: int = 2, *, num_tokens: int | None = None, d_in: i
     else:
         width = "head_dim" if num_heads == 1 else f"{num_heads}·head_dim"
     rows = _heads_to_draw(num_heads, max_heads_drawn)
-    height = max(2.2, 1.15 * len(rows) + 0.9)
-    row_y = [height - 1.3 - 1.15 * i for i in range(len(rows))]
+    height = max(2.4, 1.15 * len(rows) + 1.1)
+    row_y = [height - 1.5 - 1.15 * i for i in range(len(rows))]
     centre = (row_y[0] + row_y[-1]) / 2
     merges = num_heads > 1 or batched
 
-    # Column positions; the batched picture has one shared projection before the split.
-    x_in, x_proj = 0.9, 3.0
-    x_head = 5.5 if batched else 3.6
-    x_z, x_merge = x_head + 2.25, x_head + 4.1
-    x_out = x_merge + (1.9 if merges else 0.0)
-    x_final = x_out + (1.8 if batched else 0.0)
-    fig_width = x_final + 1.0
-    fig, ax = plt.subplots(figsize=(0.95 * fig_width, 0.95 * height))
+    # Column positions, left to right: each box's centre, from the widths and one gap between boxes.
+    w_in, w_proj, w_head, w_z, w_merge, w_out, w_final, gap = 1.3, 1.75, 1.95, 0.85, 1.3, 1.15, 0.85, 0.5
+    x_in = 0.15 + w_in / 2
+    x_proj = x_in + w_in / 2 + gap + w_proj / 2
+    x_head = (x_proj + w_proj / 2 if batched else x_in + w_in / 2) + 2.4 * gap + w_head / 2
+    x_z = x_head + w_head / 2 + gap + w_z / 2
+    x_merge = x_z + w_z / 2 + 1.6 * gap + w_merge / 2
+    x_out = x_merge + w_merge / 2 + gap + w_out / 2
+    x_final = (x_out + w_out / 2 if batched else x_merge + w_merge / 2) + gap + w_final / 2
+    fig_width = (x_final + w_final / 2 if merges else x_z + w_z / 2 + 0.6) + 0.25
+    fig, ax = plt.subplots(figsize=(0.85 * fig_width, 0.85 * height))
     ax.set_xlim(0, fig_width)
     ax.set_ylim(0, height)
     ax.axis("off")
 
     tokens = (f"tokens 1..{num_tokens}" if num_tokens and num_tokens > 3
               else "tokens " + ", ".join(str(i + 1) for i in range(num_tokens)) if num_tokens else "tokens")
-    _box(ax, x_in, centre, 1.4, 1.0, f"$X$\n{tokens}\n({T}, {d})", _NEUTRAL)
-    top = height - 0.35
-    ax.text(x_in, top, "enter", ha="center", fontsize=10, weight="bold")
+    _box(ax, x_in, centre, w_in, 1.0, f"$X$\n{tokens}\n({T}, {d})", _NEUTRAL, fontsize=9)
+    top = height - 0.75
+    ax.text(x_in, top, "enter", ha="center", va="bottom", fontsize=10, weight="bold")
 
     if batched:
-        _box(ax, x_proj, centre, 1.9, 1.3,
+        _box(ax, x_proj, centre, w_proj, 1.3,
              f"one $W_q$, $W_k$, $W_v$\n{d} → {width}\nview as {num_heads}\nslices of {hd}", _NEUTRAL, fontsize=8.5)
-        _arrow(ax, (x_in + 0.7, centre), (x_proj - 0.95, centre), _NEUTRAL)
-        ax.text((x_proj + x_head) / 2 - 0.2, top, "split into heads", ha="center", fontsize=10, weight="bold")
-        fan_from = (x_proj + 0.95, centre)
+        _arrow(ax, (x_in + w_in / 2, centre), (x_proj - w_proj / 2, centre), _NEUTRAL)
+        fan_from = (x_proj + w_proj / 2, centre)
     else:
-        stage = "split into heads" if num_heads > 1 else "one weight set"
-        ax.text((x_in + x_head) / 2, top, stage, ha="center", fontsize=10, weight="bold")
-        fan_from = (x_in + 0.7, centre)
+        fan_from = (x_in + w_in / 2, centre)
+    stage = "split\ninto heads" if num_heads > 1 or batched else "one\nweight set"
+    ax.text((fan_from[0] + x_head - w_head / 2) / 2, top, stage, ha="center", va="bottom", fontsize=10,
+            weight="bold")
     stage = "per-head attention" if merges else "attention"
-    ax.text((x_head + x_z) / 2, top, stage, ha="center", fontsize=10, weight="bold")
+    ax.text((x_head + x_z) / 2, top, stage, ha="center", va="bottom", fontsize=10, weight="bold")
 
     for row, (y, head) in enumerate(zip(row_y, rows)):
         if head is None:
@@ -200,22 +203,24 @@ def plot_head_flow(num_heads: int = 2, *, num_tokens: int | None = None, d_in: i
         colour = _HEAD_COLOURS[row % len(_HEAD_COLOURS)]  # by row, so the drawn heads never share a colour
         weights = (f"slice {head} of Q, K, V" if batched
                    else f"own $W_q^{{({head})}}, W_k^{{({head})}}, W_v^{{({head})}}$")
-        _box(ax, x_head, y, 2.3, 0.9, f"Head {head}\n{weights}\ncausal attention", colour, fontsize=8.5)
-        _arrow(ax, fan_from, (x_head - 1.15, y), colour if not batched else _NEUTRAL)
-        _box(ax, x_z, y, 1.2, 0.75, f"$Z_{{{head}}}$", colour, fontsize=11)
+        _box(ax, x_head, y, w_head, 0.9, f"Head {head}\n{weights}\ncausal attention", colour, fontsize=8.5)
+        _arrow(ax, fan_from, (x_head - w_head / 2, y), colour if not batched else _NEUTRAL)
+        _box(ax, x_z, y, w_z, 0.75, f"$Z_{{{head}}}$", colour, fontsize=11)
         ax.text(x_z, y - 0.52, f"({T}, {hd})", ha="center", va="center", fontsize=8)
-        _arrow(ax, (x_head + 1.15, y), (x_z - 0.6, y), colour)
+        _arrow(ax, (x_head + w_head / 2, y), (x_z - w_z / 2, y), colour)
         if merges:
-            _arrow(ax, (x_z + 0.6, y), (x_merge - 0.7, centre), colour)
+            _arrow(ax, (x_z + w_z / 2, y), (x_merge - w_merge / 2, centre), colour)
 
     if merges:
-        ax.text((x_merge + x_final) / 2, top, "merge", ha="center", fontsize=10, weight="bold")
-        _box(ax, x_merge, centre, 1.4, 1.0, "concatenate\nside by side", _NEUTRAL, fontsize=9)
-        _arrow(ax, (x_merge + 0.7, centre), (x_out - 0.6, centre), _NEUTRAL)
+        ax.text((x_merge + x_final) / 2, top, "merge", ha="center", va="bottom", fontsize=10, weight="bold")
+        _box(ax, x_merge, centre, w_merge, 1.0, "concatenate\nside by side", _NEUTRAL, fontsize=9)
         if batched:
-            _box(ax, x_out, centre, 1.3, 0.9, "out_proj\nmixes heads", _NEUTRAL, fontsize=9)
-            _arrow(ax, (x_out + 0.65, centre), (x_final - 0.6, centre), _NEUTRAL)
-        _box(ax, x_final, centre, 1.2, 0.75, "$Z$", _NEUTRAL, fontsize=12)
+            _arrow(ax, (x_merge + w_merge / 2, centre), (x_out - w_out / 2, centre), _NEUTRAL)
+            _box(ax, x_out, centre, w_out, 0.9, "out_proj\nmixes heads", _NEUTRAL, fontsize=9)
+            _arrow(ax, (x_out + w_out / 2, centre), (x_final - w_final / 2, centre), _NEUTRAL)
+        else:
+            _arrow(ax, (x_merge + w_merge / 2, centre), (x_final - w_final / 2, centre), _NEUTRAL)
+        _box(ax, x_final, centre, w_final, 0.75, "$Z$", _NEUTRAL, fontsize=12)
         ax.text(x_final, centre - 0.55, f"({T}, {width})", ha="center", va="center", fontsize=8)
     else:
         ax.text(x_z, row_y[0] - 0.8, "nothing to merge:\n$Z = Z_1$", ha="center", va="top", fontsize=9)

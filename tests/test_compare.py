@@ -30,7 +30,8 @@ def test_table_aligns_numbers_right_and_text_left():
 def test_table_html_escapes_and_has_caption():
     rendered = Table(["<x>"], [["a & b"]], title="T<1>")._repr_html_()
     assert "<caption>T&lt;1&gt;</caption>" in rendered
-    assert "<th>&lt;x&gt;</th>" in rendered and "<td>a &amp; b</td>" in rendered
+    assert '>&lt;x&gt;</th>' in rendered and '>a &amp; b</td>' in rendered
+    assert 'overflow-x:auto' in rendered
 
 
 def test_table_rejects_ragged_rows_and_unknown_columns():
@@ -159,7 +160,7 @@ def test_sweep_times_every_point_and_tabulates_ratios():
                               min_run_time=0.005, rounds=1)
     assert len(points) == 4 and all(p.time.median > 0 for p in points)
     table = sweep_table(points)
-    assert table.column("regime") == ["head width fixed"] * 2 + ["model width fixed"] * 2
+    assert table.column("fixed") == ["head width"] * 2 + ["model width"] * 2
     assert table.column("params ratio") == [1.0, 2.0, 1.0, 1.0]
     assert table.column("time ratio")[0] == 1.0 and table.column("time ratio")[2] == 1.0
 
