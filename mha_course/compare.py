@@ -261,7 +261,7 @@ def _count_shapes(shapes: Sequence[tuple[int, ...]]) -> str:
 
 
 def compare_modules(modules: Mapping[str, nn.Module], x: torch.Tensor, measure_time: bool = True,
-                    min_run_time: float = 0.1, rounds: int = 3, num_threads: int | None = 1) -> Table:
+                    min_run_time: float = 0.05, rounds: int = 3, num_threads: int | None = 1) -> Table:
     """One table comparing modules on weights, outputs and cost, all measured on input ``x``.
 
     Columns: heads, the module's weight matrices (count x shape, biases left out), parameters,
@@ -322,7 +322,7 @@ def _build(implementation: str, d_in: int, head_dim: int, num_heads: int, contex
 def head_count_sweep(head_counts: Sequence[int] = (1, 2, 4, 8, 16), *, regimes: Sequence[str] = REGIMES,
                      implementations: Sequence[str] = ("wrapper",), d_in: int = 256, head_dim: int = 32,
                      d_model: int = 256, batch: int = 4, num_tokens: int = 128, measure_time: bool = True,
-                     min_run_time: float = 0.05, rounds: int = 3, num_threads: int | None = 1,
+                     min_run_time: float = 0.03, rounds: int = 3, num_threads: int | None = 1,
                      seed: int = 0) -> list[SweepPoint]:
     """Build modules with more and more heads in each regime and report their cost.
 
