@@ -19,7 +19,7 @@ $(STAMP): requirements.txt pyproject.toml
 
 book: $(STAMP)
 	$(BIN)/jupyter-book build . -W -n --keep-going
-	@echo "The book is in _build/html: open _build/html/intro.html in a browser."
+	@echo "The book is in _build/html: open _build/html/book/intro.html in a browser."
 
 test: $(STAMP)
 	$(BIN)/jupyter-book build . -W -n --keep-going
