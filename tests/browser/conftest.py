@@ -11,7 +11,8 @@ into ``_build/screenshots``, reported at the end of the test run.
 Skips, with the reason printed at the end of the run: chromium is not installed (``make test``
 installs it when run as root), or the book has not been built since its sources last changed
 (``make test`` builds it first). With ``MHA_COURSE_REQUIRE_BOOK=1``, which ``make test`` sets,
-a missing or stale build is an error instead.
+a missing or stale build is an error instead; with ``MHA_COURSE_REQUIRE_BROWSER=1``, which
+``.ci/run`` sets, so is a missing chromium.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from book_pages import (
 )
 
 REQUIRE_BOOK = os.environ.get("MHA_COURSE_REQUIRE_BOOK") == "1"
+REQUIRE_BROWSER = os.environ.get("MHA_COURSE_REQUIRE_BROWSER") == "1"  # set by .ci/run
 # Every URL that is not a file on this machine. A regular expression is matched inside the browser
 # driver, so the book's own files load without a round trip through Python.
 LEAVES_THE_MACHINE = re.compile(r"^(?!file://)")
@@ -89,6 +91,8 @@ def built_book() -> Path:
 def browser(built_book):
     executable = _find_chromium()
     if executable is None:
+        if REQUIRE_BROWSER:
+            pytest.fail(f"chromium is not installed and MHA_COURSE_REQUIRE_BROWSER=1; {ENABLE_HINT}")
         _skip(f"chromium is not installed, so the browser tests are skipped; {ENABLE_HINT}")
     from playwright.sync_api import sync_playwright
 
