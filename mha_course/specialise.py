@@ -43,7 +43,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from ._validation import check_divisible, check_positive_int
 from .multihead import MultiHeadAttention
@@ -533,6 +533,11 @@ def load_results(path: str | Path = DEFAULT_RESULTS_PATH) -> dict:
 
 # ---------------------------------------------------------------------------------------------- plots
 
+# tab10 without its grey, which marks the unsolved models
+_SEED_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink",
+                 "tab:olive", "tab:cyan")
+
+
 def plot_accuracy_by_heads(results: dict, ax=None):
     """Held-out accuracy against head count: one dot per seed, the mean with a +-1 std bar.
 
@@ -561,7 +566,7 @@ def plot_accuracy_by_heads(results: dict, ax=None):
     ax.set_ylabel("held-out accuracy")
     ax.set_title(f"Same width (d_model = {results['config']['d_model']}), same budget, "
                  f"{results['seeds']} seeds")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="center", fontsize=8)
     ax.figure.tight_layout()
     return ax.figure
 
@@ -582,7 +587,8 @@ def plot_first_share_by_difference(results: dict, num_heads: int = 1, steps: int
         solved = run["accuracy"] >= SOLVED_ACCURACY
         for head, row in enumerate(run["first_share_by_difference"]):
             ax.plot(differences, [math.nan if v is None else v for v in row], marker="o", markersize=3,
-                    color=f"C{run['seed'] % 10}" if solved else "tab:grey", alpha=0.9 if solved else 0.4,
+                    color=_SEED_COLOURS[run["seed"] % len(_SEED_COLOURS)] if solved else "tab:grey",
+                    alpha=0.9 if solved else 0.4,
                     label=f"seed {run['seed']} (solved)" if solved and head == 0 else None)
     ax.set_xlabel("first token − previous token")
     ax.set_ylabel("attention on the first token")
@@ -610,11 +616,15 @@ def format_roles(results: dict, num_heads: int, steps: int | None = None) -> str
     """One line per seed: accuracy, then each head's role (:func:`head_role`) with its two shares.
 
     Each head shows ``role first/previous``: its share of attention on the first token and on the
-    previous token.
+    previous token, rounded to two decimals (the role is named from the rounded shares).
     """
     runs = select_runs(results, num_heads, steps)
-    cells = [[f"{run['seed']}", f"{run['accuracy']:.3f}"]
-             + [f"{head_role(first, previous):<8} {first:.2f}/{previous:.2f}" for first, previous in run["head_scores"]]
+
+    def describe(first: float, previous: float) -> str:
+        first, previous = round(first, 2), round(previous, 2)  # name the role from the shares shown
+        return f"{head_role(first, previous):<8} {first:.2f}/{previous:.2f}"
+
+    cells = [[f"{run['seed']}", f"{run['accuracy']:.3f}"] + [describe(*pair) for pair in run["head_scores"]]
              for run in runs]
     header = ["seed", "accuracy"] + [f"head {h + 1}" for h in range(num_heads)]
     widths = [max(len(row[j]) for row in cells + [header]) for j in range(len(header))]
