@@ -594,9 +594,10 @@ def plot_first_share_by_difference(results: dict, num_heads: int = 1, steps: int
     ax.set_ylabel("attention on the first token")
     ax.set_ylim(-0.02, 1.02)
     ax.set_xticks(differences[::2])
-    ax.set_title(f"{num_heads} head{'s' if num_heads > 1 else ''}: grey = not solved")
+    steps = runs[0]["steps"]
+    ax.set_title(f"{num_heads} head{'s' if num_heads > 1 else ''}, {steps} steps: grey = not solved")
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8, loc="upper left")
+        ax.legend(fontsize=8, loc="center left")
     ax.figure.tight_layout()
     return ax.figure
 
