@@ -1,6 +1,6 @@
 # The course's two commands:
 #   make book   build the HTML book into _build/html (creates .venv and installs everything on first use)
-#   make test   run every test: package tests, strict nbval on every chapter, the book build, browser tests
+#   make test   run every test: the book build (warnings are errors), package tests, strict nbval on every chapter
 # Needs only Python 3.11+ and make.
 
 PYTHON ?= python3
@@ -19,9 +19,10 @@ $(STAMP): requirements.txt pyproject.toml
 
 book: $(STAMP)
 	$(BIN)/jupyter-book build . -W -n --keep-going
-	@echo "The book is in _build/html: open _build/html/intro.html in a browser."
+	@echo "The book is in _build/html: open _build/html/book/intro.html in a browser."
 
 test: $(STAMP)
+	$(BIN)/jupyter-book build . -W -n --keep-going
 	$(BIN)/python -m pytest
 
 clean:

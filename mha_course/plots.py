@@ -44,7 +44,7 @@ def plot_visibility(num_tokens: int = 3, labels: Sequence[str] | None = None, ax
     if ax is None:
         _, ax = plt.subplots(figsize=(1.0 + 0.6 * num_tokens, 1.0 + 0.6 * num_tokens))
     table = visibility(num_tokens)
-    ax.imshow(table.float().numpy(), cmap="Greens", vmin=-0.4, vmax=1.4)
+    ax.imshow(table.float().numpy(), cmap="Greens", vmin=-0.3, vmax=2.2)
     ax.set_xticks(range(num_tokens), labels)
     ax.set_yticks(range(num_tokens), labels)
     ax.set_xlabel("may see token")
