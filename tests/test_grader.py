@@ -6,9 +6,9 @@ what it can by checking the answers itself, and leave the learner's files untouc
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,16 +24,16 @@ HOSTILE = ["raises.ipynb", "tampers.ipynb", "exits.ipynb"]
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """One run of the command line over three hostile notebooks (a kernel start each)."""
+    """One run of the grade command over three hostile notebooks (a kernel start each)."""
     out = tmp_path_factory.mktemp("grade") / "scores.json"
     paths = [NOTEBOOKS / name for name in HOSTILE]
     before = {path: path.read_bytes() for path in paths}
     listing = sorted(NOTEBOOKS.iterdir())
-    proc = subprocess.run(
-        [sys.executable, "-m", "mha_course", "grade", *map(str, paths), "--json", str(out),
-         "--timeout", "300", "--check-timeout", "120"],
-        capture_output=True, text=True, timeout=900,
-    )
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        returncode = main(["grade", *map(str, paths), "--json", str(out), "--timeout", "300",
+                           "--check-timeout", "120"])
+    proc = SimpleNamespace(returncode=returncode, stdout=stdout.getvalue(), stderr=stderr.getvalue())
     scores = json.loads(out.read_text()) if out.exists() else None
     by_name = {Path(n["notebook"]).name: n for n in scores["notebooks"]} if scores else {}
     return SimpleNamespace(proc=proc, scores=scores, by_name=by_name, before=before, listing=listing)
