@@ -84,10 +84,10 @@ def transfer_heads(wrapper, mha):
     return mha
 
 
-def gpt2_small_attention_size():
-    layer = MultiHeadAttention(768, 768, 1024, 0.0, num_heads=12, qkv_bias=True)
+def attention_layer_size(d_model, num_heads, context_length, qkv_bias=True):
+    layer = MultiHeadAttention(d_model, d_model, context_length, 0.0, num_heads, qkv_bias=qkv_bias)
     return {"head_dim": layer.head_dim, "parameters": count_trainable_parameters(layer),
-            "attention_weights_mib": 12 * 1024 * 1024 * 4 / 2**20}
+            "attention_weights_mib": num_heads * context_length**2 * 4 / 2**20}
 
 
 CORRECT = {
@@ -100,7 +100,7 @@ CORRECT = {
     "3.1": split_heads,
     "3.2": merge_heads,
     "3.3": transfer_heads,
-    "3.4": gpt2_small_attention_size,
+    "3.4": attention_layer_size,
 }
 
 # ----------------------------------------------------------------------------------------------
@@ -222,7 +222,11 @@ def _transfer_first_head(wrapper, mha):
 
 
 def _size(**changes):
-    return lambda: {**gpt2_small_attention_size(), **changes}
+    def size(d_model, num_heads, context_length, qkv_bias=True):
+        answer = attention_layer_size(d_model, num_heads, context_length, qkv_bias)
+        return {**answer, **{key: rule(d_model, num_heads, context_length, qkv_bias)
+                             for key, rule in changes.items()}}
+    return size
 
 
 WRONG = {
@@ -288,15 +292,16 @@ WRONG = {
     ("3.3", "roles-swapped"): _transfer_with(roles={"W_query": "W_key", "W_key": "W_query", "W_value": "W_value"}),
     ("3.3", "first-head-only"): _transfer_first_head,
     ("3.3", "bias-forgotten"): _transfer_with(biases=False),
-    ("3.4", "head-dim-is-d-out"): _size(head_dim=768),
-    ("3.4", "no-qkv-bias"): _size(parameters=4 * 768 * 768 + 768),
-    ("3.4", "no-biases"): _size(parameters=4 * 768 * 768),
-    ("3.4", "no-out-proj"): _size(parameters=3 * 768 * 769),
-    ("3.4", "d-out-per-head"): _size(parameters=12 * 3 * 768 * 769),
-    ("3.4", "one-head"): _size(attention_weights_mib=1024 * 1024 * 4 / 2**20),
-    ("3.4", "bytes-not-mib"): _size(attention_weights_mib=12 * 1024 * 1024 * 4),
-    ("3.4", "float64"): _size(attention_weights_mib=12 * 1024 * 1024 * 8 / 2**20),
-    ("3.4", "lower-triangle-only"): _size(attention_weights_mib=12 * 1024 * 1024 * 4 / 2 / 2**20),
+    ("3.4", "head-dim-is-d-model"): _size(head_dim=lambda d, h, t, b: d),
+    ("3.4", "no-qkv-bias"): _size(parameters=lambda d, h, t, b: 4 * d * d + d),
+    ("3.4", "no-biases"): _size(parameters=lambda d, h, t, b: 4 * d * d),
+    ("3.4", "no-out-proj"): _size(parameters=lambda d, h, t, b: 3 * d * (d + b)),
+    ("3.4", "d-model-per-head"): _size(parameters=lambda d, h, t, b: h * 3 * d * (d + b)),
+    ("3.4", "one-head"): _size(attention_weights_mib=lambda d, h, t, b: t * t * 4 / 2**20),
+    ("3.4", "bytes-not-mib"): _size(attention_weights_mib=lambda d, h, t, b: h * t * t * 4),
+    ("3.4", "float64"): _size(attention_weights_mib=lambda d, h, t, b: h * t * t * 8 / 2**20),
+    ("3.4", "lower-triangle-only"): _size(attention_weights_mib=lambda d, h, t, b: h * t * (t + 1) / 2 * 4 / 2**20),
+    ("3.4", "bias-always"): _size(parameters=lambda d, h, t, b: 4 * d * d + 4 * d),
 }
 
 CATALOGUE = [(exercise.id, mistake) for exercise in EXERCISES.values() for mistake in exercise.mistakes]

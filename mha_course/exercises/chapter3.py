@@ -1,4 +1,4 @@
-"""Exercises of chapter 3, batched heads: split and merge, weight transfer, a GPT-2-small layer."""
+"""Exercises of chapter 3, batched heads: split and merge, weight transfer, sizing a layer."""
 
 from __future__ import annotations
 
@@ -407,99 +407,131 @@ TRANSFER = Exercise(
 )
 
 # ----------------------------------------------------------------------------------------------
-# 3.4 Size a GPT-2-small attention layer
+# 3.4 Size an attention layer: GPT-2 small and others
 
-GPT2 = dict(d_model=768, num_heads=12, context_length=1024)
+#: (d_model, num_heads, context_length, qkv_bias) of the layers the answer is asked about.
+LAYERS = {"GPT-2 small": (768, 12, 1024, True), "GPT-2 medium": (1024, 16, 1024, True),
+          "a toy layer without qkv bias": (4, 2, 6, False)}
 KEYS = ("head_dim", "parameters", "attention_weights_mib")
 
 
-def _gpt2_expected() -> dict:
-    d, h, t = GPT2["d_model"], GPT2["num_heads"], GPT2["context_length"]
+def _layer_expected(name: str) -> dict:
+    d, h, t, bias = LAYERS[name]
     return {
         "head_dim": d // h,
-        "parameters": parameter_count("batched", d, d, h, qkv_bias=True),
-        "attention_weights_mib": score_memory_bytes(1, h, t) / 2**20,
+        "parameters": parameter_count("batched", d, d, h, qkv_bias=bias),
+        "attention_weights_mib": score_memory_bytes(1, h, t) / 2**20,  # float32, one sequence
     }
 
 
-def _gpt2_answer(record) -> dict:
-    summary = value_of(record, "size", "gpt2_small_attention_size()")
+def _probe_size(size, rec: Recorder) -> None:
+    for name, (d, h, t, bias) in LAYERS.items():
+        rec.call(name, size, d, h, t, qkv_bias=bias)
+
+
+def _call_text(name: str) -> str:
+    d, h, t, bias = LAYERS[name]
+    return f"attention_layer_size({d}, {h}, {t}, qkv_bias={bias})"
+
+
+def _size_answer(record, name: str) -> dict:
+    summary = value_of(record, name, _call_text(name))
     answer = plain(summary)
     if not isinstance(answer, dict) or any(key not in answer for key in KEYS):
         raise Failed(f"a dict with keys {', '.join(KEYS)}", describe(summary))
     return answer
 
 
-def _gpt2_key(key: str):
+def _number(value):
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _agrees(got, expected) -> bool:
+    got = _number(got)
+    return got is not None and abs(got - expected) <= 1e-6 * max(1.0, abs(expected))
+
+
+def _size_key(name: str, keys=KEYS):
     def run(record):
-        got = _gpt2_answer(record)[key]
-        expected = _gpt2_expected()[key]
-        if isinstance(got, torch.Tensor) and got.numel() == 1:
-            got = got.item()
-        if not isinstance(got, (int, float)) or abs(got - expected) > 1e-6 * max(1.0, abs(expected)):
-            raise Failed(f"{key} = {expected:,}", f"{got:,}" if isinstance(got, (int, float)) else f"{got!r}")
+        answer, expected = _size_answer(record, name), _layer_expected(name)
+        for key in keys:
+            if not _agrees(answer[key], expected[key]):
+                got = _number(answer[key])
+                raise Failed(f"{key} = {expected[key]:,}", f"{got:,}" if got is not None else repr(answer[key]))
     return run
 
 
-def _gpt2_is(key: str, value) -> callable:
-    def detect(record):
-        got = plain(record["size"])[key]
-        return isinstance(got, (int, float)) and abs(got - value) <= 1e-6 * max(1.0, abs(value))
-    return detect
+_D, _H, _T, _ = LAYERS["GPT-2 small"]
 
 
-_D, _H, _T = GPT2["d_model"], GPT2["num_heads"], GPT2["context_length"]
-_HEAD_DIM_CHECK = ("head_dim",)
-_PARAMETERS_CHECK = ("parameters",)
-_MIB_CHECK = ("attention_weights_mib",)
+def _small_is(key: str, value) -> callable:
+    return lambda record: _agrees(plain(record["GPT-2 small"])[key], value)
 
-GPT2_SIZE = Exercise(
+
+_HEAD_DIM_CHECK = ("GPT-2 small: head_dim",)
+_PARAMETERS_CHECK = ("GPT-2 small: parameters",)
+_MIB_CHECK = ("GPT-2 small: attention_weights_mib",)
+
+SIZE = Exercise(
     id="3.4",
-    title="size a GPT-2-small attention layer",
-    answer_name="gpt2_small_attention_size",
-    signature="gpt2_small_attention_size()",
-    probe=lambda answer, rec: rec.call("size", answer),
+    title="size an attention layer (GPT-2 small and others)",
+    answer_name="attention_layer_size",
+    signature="attention_layer_size(d_model, num_heads, context_length, qkv_bias=True)",
+    probe=_probe_size,
     checks=(
-        Check("returns the three numbers", _gpt2_answer),
-        Check("head_dim", _gpt2_key("head_dim")),
-        Check("parameters", _gpt2_key("parameters")),
-        Check("attention_weights_mib", _gpt2_key("attention_weights_mib")),
+        Check("returns the three numbers", lambda r: _size_answer(r, "GPT-2 small")),
+        Check(_HEAD_DIM_CHECK[0], _size_key("GPT-2 small", ("head_dim",))),
+        Check(_PARAMETERS_CHECK[0], _size_key("GPT-2 small", ("parameters",))),
+        Check(_MIB_CHECK[0], _size_key("GPT-2 small", ("attention_weights_mib",))),
+        Check("GPT-2 medium (1024 wide, 16 heads)", _size_key("GPT-2 medium")),
+        Check("a toy layer without qkv bias (4 wide, 2 heads, 6 tokens)", _size_key("a toy layer without qkv bias")),
     ),
     mistakes=(
-        Mistake("head-dim-is-d-out",
-                "head_dim is the width of ONE head: d_out // num_heads.",
-                _gpt2_is("head_dim", _D), _HEAD_DIM_CHECK),
+        Mistake("head-dim-is-d-model",
+                "head_dim is the width of ONE head: d_model // num_heads.",
+                _small_is("head_dim", _D), _HEAD_DIM_CHECK),
         Mistake("no-qkv-bias",
-                "GPT-2 small's query, key and value projections have biases (qkv_bias=True): 3 x 768 "
-                "more parameters.",
-                _gpt2_is("parameters", parameter_count("batched", _D, _D, _H)), _PARAMETERS_CHECK),
+                "GPT-2's query, key and value projections have biases (qkv_bias=True): 3 x d_model more "
+                "parameters.",
+                _small_is("parameters", parameter_count("batched", _D, _D, _H)), _PARAMETERS_CHECK),
         Mistake("no-biases",
-                "You counted the four weight matrices only. Each of them has a bias of 768 numbers "
-                "too (query, key, value and out_proj).",
-                _gpt2_is("parameters", 4 * _D * _D), _PARAMETERS_CHECK),
+                "You counted the four weight matrices only. Each of them also has a bias of d_model "
+                "numbers (query, key and value when qkv_bias=True, and out_proj always).",
+                _small_is("parameters", 4 * _D * _D), _PARAMETERS_CHECK),
         Mistake("no-out-proj",
-                "Don't forget the output projection out_proj: a 768 x 768 weight and a 768 bias.",
-                _gpt2_is("parameters", 3 * (_D * _D + _D)), _PARAMETERS_CHECK),
-        Mistake("d-out-per-head",
-                "You gave every head 768 columns, the wrapper's meaning of d_out. In "
-                "MultiHeadAttention d_out = 768 is the TOTAL width, split into 12 heads of 64.",
-                _gpt2_is("parameters", parameter_count("wrapper", _D, _D, _H, qkv_bias=True)), _PARAMETERS_CHECK),
+                "Don't forget the output projection out_proj: a d_model x d_model weight and a bias of "
+                "d_model.",
+                _small_is("parameters", 3 * (_D * _D + _D)), _PARAMETERS_CHECK),
+        Mistake("d-model-per-head",
+                "You gave every head d_model columns, the wrapper's meaning of d_out. In "
+                "MultiHeadAttention d_out = d_model is the TOTAL width, split into num_heads heads.",
+                _small_is("parameters", parameter_count("wrapper", _D, _D, _H, qkv_bias=True)), _PARAMETERS_CHECK),
         Mistake("one-head",
-                "That is one head's 1024 x 1024 matrix. Every one of the 12 heads holds its own.",
-                _gpt2_is("attention_weights_mib", score_memory_bytes(1, 1, _T) / 2**20), _MIB_CHECK),
+                "That is one head's context_length x context_length matrix. Every head holds its own.",
+                _small_is("attention_weights_mib", score_memory_bytes(1, 1, _T) / 2**20), _MIB_CHECK),
         Mistake("bytes-not-mib",
                 "That is a number of bytes: divide by 2**20 = 1,048,576 for MiB.",
-                _gpt2_is("attention_weights_mib", score_memory_bytes(1, _H, _T)), _MIB_CHECK),
+                _small_is("attention_weights_mib", score_memory_bytes(1, _H, _T)), _MIB_CHECK),
         Mistake("float64",
                 "float32 numbers take 4 bytes each, not 8.",
-                _gpt2_is("attention_weights_mib", score_memory_bytes(1, _H, _T, 8) / 2**20), _MIB_CHECK),
+                _small_is("attention_weights_mib", score_memory_bytes(1, _H, _T, 8) / 2**20), _MIB_CHECK),
         Mistake("lower-triangle-only",
-                "The code stores the full 1024 x 1024 matrix per head, masked entries included: the "
-                "mask sets them to zero weight but does not save their memory.",
-                _gpt2_is("attention_weights_mib", score_memory_bytes(1, _H, _T) / 2**21), _MIB_CHECK),
+                "The module stores the full T x T matrix per head, masked entries included: the mask "
+                "gives them zero weight but does not save their memory.",
+                lambda record: (_small_is("attention_weights_mib", score_memory_bytes(1, _H, _T) / 2**21)(record)
+                                or _small_is("attention_weights_mib", _H * _T * (_T + 1) / 2 * 4 / 2**20)(record)),
+                _MIB_CHECK),
+        Mistake("bias-always",
+                "With qkv_bias=False the query, key and value projections have no biases; only "
+                "out_proj keeps its bias.",
+                lambda record: _agrees(plain(record["a toy layer without qkv bias"])["parameters"],
+                                       parameter_count("batched", 4, 4, 2, qkv_bias=True)),
+                ("a toy layer without qkv bias (4 wide, 2 heads, 6 tokens)",)),
     ),
 )
 
-EXERCISES = (SPLIT, MERGE, TRANSFER, GPT2_SIZE)
+EXERCISES = (SPLIT, MERGE, TRANSFER, SIZE)
 
 __all__ = ["EXERCISES", "reference_split"]
