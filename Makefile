@@ -21,6 +21,10 @@ book: $(STAMP)
 	$(BIN)/jupyter-book build . -W -n --keep-going
 	@echo "The book is in _build/html: open _build/html/book/intro.html in a browser."
 
+# The chapters without solutions, for learners, in student/ (notebooks already there are never overwritten).
+student: $(STAMP)
+	$(BIN)/python -m mha_course student
+
 # The same book without solutions: built from the student edition of the chapters.
 book-student: $(STAMP)
 	$(BIN)/python -m mha_course student --book --force --out _build/student-book

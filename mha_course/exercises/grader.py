@@ -160,7 +160,6 @@ class _Run:
             log=_QUIET_LOG,  # time-outs and errors are reported in the score table instead
         )
         self.dead = False
-        self.stuck = False  # interrupted after a time-out and not known to have recovered
 
     def execute(self, cell, index: int, timeout: float):
         """Execute one cell within ``timeout`` seconds; return "ok", "timeout" or "dead"."""
@@ -172,12 +171,10 @@ class _Run:
                 run_sync(self.client.km.interrupt_kernel)()  # the manager is asynchronous
             except Exception:  # the kernel may be gone already
                 pass
-            self.stuck = True
             return "timeout"
         except DeadKernelError:
             self.dead = True
             return "dead"
-        self.stuck = False
         return "ok"
 
     def run_notebook(self, timeout: float) -> None:
@@ -211,11 +208,10 @@ class _Run:
         return self.execute(cell, len(self.notebook.cells) - 1, timeout), cell
 
 
-def _score(exercise_id: str, result_status: str, line: str, checks_passed: int = 0,
-           printed: str | None = None) -> ExerciseScore:
+def _score(exercise_id: str, result_status: str, line: str, checks_passed: int = 0) -> ExerciseScore:
     exercise = EXERCISES[exercise_id]
     return ExerciseScore(exercise_id, exercise.title, result_status, int(result_status == PASSED), checks_passed,
-                         len(exercise.checks), line, printed)
+                         len(exercise.checks), line)
 
 
 def grade_notebook(path: Path, timeout: float = 600.0, check_timeout: float = 60.0) -> NotebookReport:
@@ -324,10 +320,10 @@ def format_report(reports: list[NotebookReport]) -> str:
     for report in reports:
         lines.append(f"{report.notebook}: {report.score}/{report.max_score}")
         if report.exercises:
-            lines.append(f"  {'exercise':<9}{'result':<17}{'checks':>7}  title")
+            lines.append(f"  {'exercise':<9}{'result':<18}{'checks':>7}  title")
             for score in report.exercises:
                 checks = f"{score.checks_passed}/{score.checks_total}"
-                lines.append(f"  {score.id:<9}{score.status:<17}{checks:>7}  {score.title}")
+                lines.append(f"  {score.id:<9}{score.status:<18}{checks:>7}  {score.title}")
             for score in report.exercises:
                 if score.status != PASSED:
                     lines.append(f"    {score.line}")
