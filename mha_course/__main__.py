@@ -51,7 +51,7 @@ def _add_exercise_commands(commands) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m mha_course", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m mha_course", description="The course's command line.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     info = commands.add_parser("info", help="print the package, torch and device in use")
     info.set_defaults(handler=_info)
