@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: book test student lab clean
+.PHONY: book book-student test student lab clean
 
 $(STAMP): requirements.txt pyproject.toml
 	@echo "Setting up $(VENV) (first run only, about a minute)..."
@@ -20,6 +20,16 @@ $(STAMP): requirements.txt pyproject.toml
 book: $(STAMP)
 	$(BIN)/jupyter-book build . -W -n --keep-going
 	@echo "The book is in _build/html: open _build/html/book/intro.html in a browser."
+
+# The chapters without solutions, for learners, in student/ (notebooks already there are never overwritten).
+student: $(STAMP)
+	$(BIN)/python -m mha_course student
+
+# The same book without solutions: built from the student edition of the chapters.
+book-student: $(STAMP)
+	$(BIN)/python -m mha_course student --book --force --out _build/student-book
+	$(BIN)/jupyter-book build _build/student-book -W -n --keep-going
+	@echo "The book without solutions is in _build/student-book/_build/html: open book/intro.html there."
 
 # make test builds the book first (the browser tests read _build/html), rendering the notebooks'
 # stored outputs: the strict nbval run in pytest executes every chapter and compares. The browser

@@ -6,6 +6,8 @@ teaching order:
 * :class:`CausalAttention` - one causal head (chapter 1);
 * :class:`MultiHeadAttentionWrapper` - several heads stacked side by side (chapter 2);
 * :class:`MultiHeadAttention` - all heads in one batched module (chapter 3).
+
+``check("1.1", answer)`` grades a learner's answer to an exercise (see :mod:`mha_course.exercises`).
 """
 
 from .causal_attention import CausalAttention
@@ -15,6 +17,7 @@ from .interop import sdpa_forward, to_torch_multihead, torch_multihead_forward
 from .masking import causal_mask, visibility
 from .multihead import MultiHeadAttention, transfer_weights
 from .wrapper import MultiHeadAttentionWrapper
+from .exercises import check  # noqa: E402  (the tools come after the core they check)
 
 __version__ = "0.1.0"
 
@@ -35,4 +38,5 @@ __all__ = [
     "sdpa_forward",
     "to_torch_multihead",
     "torch_multihead_forward",
+    "check",
 ]
