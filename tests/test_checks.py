@@ -321,7 +321,7 @@ def test_every_exercise_has_a_correct_answer_and_at_least_three_per_chapter():
 def test_correct_answer_passes(exercise_id, capsys):
     result = check(exercise_id, CORRECT[exercise_id])
     total = len(EXERCISES[exercise_id].checks)
-    assert capsys.readouterr().out == f"✅ {exercise_id} passed ({total} checks)\n"
+    assert capsys.readouterr().out == f"✓ {exercise_id} passed ({total} checks)\n"
     assert result.passed and result.checks_passed == total == result.checks_total
 
 
@@ -335,7 +335,7 @@ def test_mistake_gets_its_message(exercise_id, mistake, capsys):
     assert result.status == "failed"
     assert result.mistake == mistake.key, line
     assert line == result.line + "\n" and line.count("\n") == 1
-    assert line.startswith(f"❌ {exercise_id}: {result.failed_check}: expected ")
+    assert line.startswith(f"✗ {exercise_id}: {result.failed_check}: expected ")
     assert mistake.message in line
 
 
@@ -378,7 +378,7 @@ class _HalfDone(StackedHeads):
 @pytest.mark.parametrize("answer", [None, ..., _stub], ids=["None", "Ellipsis", "stub"])
 def test_not_implemented(exercise_id, answer, capsys):
     result = check(exercise_id, answer)
-    assert capsys.readouterr().out == f"⏳ {exercise_id} not implemented yet\n"
+    assert capsys.readouterr().out == f"○ {exercise_id} not implemented yet\n"
     assert result.status == "not implemented" and not result
 
 
@@ -390,7 +390,7 @@ def test_class_stubs_are_not_implemented(answer):
 def test_unknown_exercise_is_reported_not_raised(capsys):
     result = check("9.9", build_causal_mask)
     assert result.status == "error"
-    assert capsys.readouterr().out.startswith("❌ 9.9: no exercise has this id; the exercises are 1.1, 1.2")
+    assert capsys.readouterr().out.startswith("✗ 9.9: no exercise has this id; the exercises are 1.1, 1.2")
 
 
 def _exits(*args, **kwargs):
@@ -431,7 +431,7 @@ def test_check_never_raises_and_prints_one_line(exercise_id, answer, capsys):
     assert result.status == "failed", result.line
     assert out.out == result.line + "\n" and out.out.count("\n") == 1
     assert out.err == ""
-    assert result.line.startswith(f"❌ {exercise_id}: ")
+    assert result.line.startswith(f"✗ {exercise_id}: ")
 
 
 def test_check_leaves_the_random_state_and_grad_mode_alone():
@@ -474,4 +474,4 @@ def test_answer_output_is_swallowed(capsys):
         return list(range(position + 1))
 
     check("1.3", noisy)
-    assert capsys.readouterr().out == "✅ 1.3 passed (5 checks)\n"
+    assert capsys.readouterr().out == "✓ 1.3 passed (5 checks)\n"

@@ -74,7 +74,7 @@ def test_tampering_cannot_fake_a_pass(graded):
     # the package's checks and torch.allclose/torch.equal, and forged a record file.
     assert _statuses(notebook) == {"1.1": "failed", "1.2": "passed", "1.3": "missing"}
     first = notebook["exercises"][0]
-    assert first["notebook_printed"] == "✅ 1.1 passed (5 checks)"
+    assert first["notebook_printed"] == "✓ 1.1 passed (5 checks)"
     assert "You returned the visibility table" in first["line"]
     assert "1.1: the notebook printed a pass, but the grader's own check says failed" in notebook["events"]
     # The deleted answer is reported as missing, by name.

@@ -99,7 +99,7 @@ def _source_notebook() -> nbformat.NotebookNode:
     solution = new_code_cell(f"{BEGIN}\ndef double(x):\n    return 2 * x\n{END}", execution_count=3,
                              outputs=[new_output("stream", name="stdout", text="hi\n")])
     check_cell = new_code_cell('check("1.3", double)', execution_count=4,
-                               outputs=[new_output("stream", name="stdout", text="✅\n")])
+                               outputs=[new_output("stream", name="stdout", text="✓\n")])
     check_cell.metadata["tags"] = ["keep-me"]
     return new_notebook(cells=[
         new_markdown_cell("```{exercise} Double\n:label: ex-double\n\nDouble it.\n```"),
@@ -193,7 +193,7 @@ def _execute(notebook: nbformat.NotebookNode, folder: Path) -> list[str]:
     NotebookClient(notebook, timeout=300, kernel_name="python3",
                    resources={"metadata": {"path": str(folder)}}).execute()
     printed = "".join(o.get("text", "") for c in notebook.cells if c.cell_type == "code" for o in c.outputs)
-    return re.findall(r"^⏳ (\d+\.\d+) not implemented yet$", printed, re.MULTILINE)
+    return re.findall(r"^○ (\d+\.\d+) not implemented yet$", printed, re.MULTILINE)
 
 
 def _checked(notebook: nbformat.NotebookNode) -> list[str]:

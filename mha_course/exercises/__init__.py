@@ -7,7 +7,7 @@ an answer and prints one line::
 
     >>> from mha_course import check
     >>> result = check("1.3", lambda position, num_tokens: list(range(position + 1)))
-    ✅ 1.3 passed (5 checks)
+    ✓ 1.3 passed (5 checks)
     >>> result.passed
     True
 
@@ -52,9 +52,9 @@ def check(exercise_id: str, answer: Any) -> CheckResult:
         a :class:`CheckResult` (``result.passed``, ``result.line``, ``result.mistake``...). The
         printed line is one of::
 
-            ✅ 2.1 passed (11 checks)
-            ⏳ 2.1 not implemented yet
-            ❌ 2.1: <first failed check>: expected ..., got .... <what probably went wrong>
+            ✓ 2.1 passed (11 checks)
+            ○ 2.1 not implemented yet
+            ✗ 2.1: <first failed check>: expected ..., got .... <what probably went wrong>
 
     ``check`` never raises, whatever the answer does (except when you interrupt it), and leaves
     the global random state as it found it.
@@ -62,7 +62,7 @@ def check(exercise_id: str, answer: Any) -> CheckResult:
     Example:
         >>> import torch
         >>> _ = check("1.1", lambda n, device=None: torch.tril(torch.ones(n, n, dtype=torch.bool, device=device), 0))
-        ❌ 1.1: mask for 3 tokens: expected row 0 = [False, True, True], got [True, False, False]. You returned the visibility table (True where a token MAY look). The mask is its opposite: True where attention is forbidden, the future positions j > i.
+        ✗ 1.1: mask for 3 tokens: expected row 0 = [False, True, True], got [True, False, False]. You returned the visibility table (True where a token MAY look). The mask is its opposite: True where attention is forbidden, the future positions j > i.
     """
     result = run_check(exercise_id, answer)
     print(result.line)
