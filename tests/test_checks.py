@@ -90,6 +90,17 @@ def attention_layer_size(d_model, num_heads, context_length, qkv_bias=True):
             "attention_weights_mib": num_heads * context_length**2 * 4 / 2**20}
 
 
+def first_minus_previous(tokens):
+    return tokens[:, :1] - tokens[:, :-1]
+
+
+def scores_from_maps(maps):
+    queries = torch.arange(2, maps.shape[-1])
+    on_first = maps[:, queries, 0].mean(dim=1)
+    on_previous = maps[:, queries, queries - 1].mean(dim=1)
+    return torch.stack([on_first, on_previous], dim=1)
+
+
 CORRECT = {
     "1.1": build_causal_mask,
     "1.2": causal_attention_forward,
@@ -101,6 +112,8 @@ CORRECT = {
     "3.2": merge_heads,
     "3.3": transfer_heads,
     "3.4": attention_layer_size,
+    "5.1": first_minus_previous,
+    "5.2": scores_from_maps,
 }
 
 # ----------------------------------------------------------------------------------------------
@@ -229,6 +242,30 @@ def _size(**changes):
     return size
 
 
+def _scores_loop(maps, start=2, on_self=False, total=False):
+    # A learner's loop over heads and positions; the keyword arguments make the usual slips.
+    rows = []
+    for head in range(maps.shape[0]):
+        first = previous = 0.0
+        positions = range(start, maps.shape[-1])
+        for t in positions:
+            first = first + maps[head, t, 0]
+            previous = previous + maps[head, t, t if on_self else t - 1]
+        count = 1 if total else len(positions)
+        rows.append(torch.stack([first / count, previous / count]))
+    return torch.stack(rows)
+
+
+def _scores_fixed_size(maps):
+    on_first = maps[:, 2:8, 0].mean(dim=1)
+    on_previous = torch.stack([maps[:, t, t - 1] for t in range(2, 8)], dim=1).mean(dim=1)
+    return torch.stack([on_first, on_previous], dim=1)
+
+
+def _lost_batch_axis(tokens):
+    return tokens[:, 0] - tokens[:, :-1]
+
+
 WRONG = {
     ("1.1", "diagonal-masked"): lambda n, device=None: torch.ones(n, n, device=device).triu().bool(),
     ("1.1", "transposed"): lambda n, device=None: torch.ones(n, n, dtype=torch.bool, device=device).tril(-1),
@@ -301,6 +338,22 @@ WRONG = {
     ("3.4", "bytes-not-mib"): _size(attention_weights_mib=lambda d, h, t, b: h * t * t * 4),
     ("3.4", "float64"): _size(attention_weights_mib=lambda d, h, t, b: h * t * t * 8 / 2**20),
     ("3.4", "lower-triangle-only"): _size(attention_weights_mib=lambda d, h, t, b: h * t * (t + 1) / 2 * 4 / 2**20),
+    ("5.1", "sign-flipped"): lambda tokens: tokens[:, :-1] - tokens[:, :1],
+    ("5.1", "current-not-previous"): lambda tokens: tokens[:, :1] - tokens[:, 1:],
+    ("5.1", "class-indices"): lambda tokens: tokens[:, :1] - tokens[:, :-1] + 7,
+    ("5.1", "position-zero-kept"): lambda tokens: tokens[:, :1] - tokens,
+    ("5.1", "batch-axis-lost"): _lost_batch_axis,
+    ("5.1", "length-fixed"): lambda tokens: tokens[:, 0:1] - tokens[:, 0:7],
+    ("5.2", "returned-pair"): lambda maps: (scores_from_maps(maps)[:, 0], scores_from_maps(maps)[:, 1]),
+    ("5.2", "from-position-1"): lambda maps: _scores_loop(maps, start=1),
+    ("5.2", "every-position"): lambda maps: torch.stack(
+        [maps[:, :, 0].mean(dim=1), maps.diagonal(offset=-1, dim1=1, dim2=2).mean(dim=-1)], dim=1),
+    ("5.2", "diagonal"): lambda maps: _scores_loop(maps, on_self=True),
+    ("5.2", "columns-swapped"): lambda maps: scores_from_maps(maps).flip(1),
+    ("5.2", "transposed"): lambda maps: scores_from_maps(maps).T,
+    ("5.2", "queries-as-columns"): lambda maps: scores_from_maps(maps.transpose(1, 2)),
+    ("5.2", "summed"): lambda maps: _scores_loop(maps, total=True),
+    ("5.2", "size-fixed"): _scores_fixed_size,
     ("3.4", "bias-always"): _size(parameters=lambda d, h, t, b: 4 * d * d + 4 * d),
 }
 
