@@ -90,6 +90,17 @@ def attention_layer_size(d_model, num_heads, context_length, qkv_bias=True):
             "attention_weights_mib": num_heads * context_length**2 * 4 / 2**20}
 
 
+def first_minus_previous(tokens):
+    return tokens[:, :1] - tokens[:, :-1]
+
+
+def scores_from_maps(maps):
+    queries = torch.arange(2, maps.shape[-1])
+    on_first = maps[:, queries, 0].mean(dim=1)
+    on_previous = maps[:, queries, queries - 1].mean(dim=1)
+    return torch.stack([on_first, on_previous], dim=1)
+
+
 CORRECT = {
     "1.1": build_causal_mask,
     "1.2": causal_attention_forward,
@@ -101,6 +112,8 @@ CORRECT = {
     "3.2": merge_heads,
     "3.3": transfer_heads,
     "3.4": attention_layer_size,
+    "5.1": first_minus_previous,
+    "5.2": scores_from_maps,
 }
 
 # ----------------------------------------------------------------------------------------------
@@ -229,6 +242,30 @@ def _size(**changes):
     return size
 
 
+def _scores_loop(maps, start=2, on_self=False, total=False):
+    # A learner's loop over heads and positions; the keyword arguments make the usual slips.
+    rows = []
+    for head in range(maps.shape[0]):
+        first = previous = 0.0
+        positions = range(start, maps.shape[-1])
+        for t in positions:
+            first = first + maps[head, t, 0]
+            previous = previous + maps[head, t, t if on_self else t - 1]
+        count = 1 if total else len(positions)
+        rows.append(torch.stack([first / count, previous / count]))
+    return torch.stack(rows)
+
+
+def _scores_fixed_size(maps):
+    on_first = maps[:, 2:8, 0].mean(dim=1)
+    on_previous = torch.stack([maps[:, t, t - 1] for t in range(2, 8)], dim=1).mean(dim=1)
+    return torch.stack([on_first, on_previous], dim=1)
+
+
+def _lost_batch_axis(tokens):
+    return tokens[:, 0] - tokens[:, :-1]
+
+
 WRONG = {
     ("1.1", "diagonal-masked"): lambda n, device=None: torch.ones(n, n, device=device).triu().bool(),
     ("1.1", "transposed"): lambda n, device=None: torch.ones(n, n, dtype=torch.bool, device=device).tril(-1),
@@ -301,6 +338,22 @@ WRONG = {
     ("3.4", "bytes-not-mib"): _size(attention_weights_mib=lambda d, h, t, b: h * t * t * 4),
     ("3.4", "float64"): _size(attention_weights_mib=lambda d, h, t, b: h * t * t * 8 / 2**20),
     ("3.4", "lower-triangle-only"): _size(attention_weights_mib=lambda d, h, t, b: h * t * (t + 1) / 2 * 4 / 2**20),
+    ("5.1", "sign-flipped"): lambda tokens: tokens[:, :-1] - tokens[:, :1],
+    ("5.1", "current-not-previous"): lambda tokens: tokens[:, :1] - tokens[:, 1:],
+    ("5.1", "class-indices"): lambda tokens: tokens[:, :1] - tokens[:, :-1] + 7,
+    ("5.1", "position-zero-kept"): lambda tokens: tokens[:, :1] - tokens,
+    ("5.1", "batch-axis-lost"): _lost_batch_axis,
+    ("5.1", "length-fixed"): lambda tokens: tokens[:, 0:1] - tokens[:, 0:7],
+    ("5.2", "returned-pair"): lambda maps: (scores_from_maps(maps)[:, 0], scores_from_maps(maps)[:, 1]),
+    ("5.2", "from-position-1"): lambda maps: _scores_loop(maps, start=1),
+    ("5.2", "every-position"): lambda maps: torch.stack(
+        [maps[:, :, 0].mean(dim=1), maps.diagonal(offset=-1, dim1=1, dim2=2).mean(dim=-1)], dim=1),
+    ("5.2", "diagonal"): lambda maps: _scores_loop(maps, on_self=True),
+    ("5.2", "columns-swapped"): lambda maps: scores_from_maps(maps).flip(1),
+    ("5.2", "transposed"): lambda maps: scores_from_maps(maps).T,
+    ("5.2", "queries-as-columns"): lambda maps: scores_from_maps(maps.transpose(1, 2)),
+    ("5.2", "summed"): lambda maps: _scores_loop(maps, total=True),
+    ("5.2", "size-fixed"): _scores_fixed_size,
     ("3.4", "bias-always"): _size(parameters=lambda d, h, t, b: 4 * d * d + 4 * d),
 }
 
@@ -321,7 +374,7 @@ def test_every_exercise_has_a_correct_answer_and_at_least_three_per_chapter():
 def test_correct_answer_passes(exercise_id, capsys):
     result = check(exercise_id, CORRECT[exercise_id])
     total = len(EXERCISES[exercise_id].checks)
-    assert capsys.readouterr().out == f"✅ {exercise_id} passed ({total} checks)\n"
+    assert capsys.readouterr().out == f"✓ {exercise_id} passed ({total} checks)\n"
     assert result.passed and result.checks_passed == total == result.checks_total
 
 
@@ -335,7 +388,7 @@ def test_mistake_gets_its_message(exercise_id, mistake, capsys):
     assert result.status == "failed"
     assert result.mistake == mistake.key, line
     assert line == result.line + "\n" and line.count("\n") == 1
-    assert line.startswith(f"❌ {exercise_id}: {result.failed_check}: expected ")
+    assert line.startswith(f"✗ {exercise_id}: {result.failed_check}: expected ")
     assert mistake.message in line
 
 
@@ -378,7 +431,7 @@ class _HalfDone(StackedHeads):
 @pytest.mark.parametrize("answer", [None, ..., _stub], ids=["None", "Ellipsis", "stub"])
 def test_not_implemented(exercise_id, answer, capsys):
     result = check(exercise_id, answer)
-    assert capsys.readouterr().out == f"⏳ {exercise_id} not implemented yet\n"
+    assert capsys.readouterr().out == f"○ {exercise_id} not implemented yet\n"
     assert result.status == "not implemented" and not result
 
 
@@ -390,7 +443,7 @@ def test_class_stubs_are_not_implemented(answer):
 def test_unknown_exercise_is_reported_not_raised(capsys):
     result = check("9.9", build_causal_mask)
     assert result.status == "error"
-    assert capsys.readouterr().out.startswith("❌ 9.9: no exercise has this id; the exercises are 1.1, 1.2")
+    assert capsys.readouterr().out.startswith("✗ 9.9: no exercise has this id; the exercises are 1.1, 1.2")
 
 
 def _exits(*args, **kwargs):
@@ -431,7 +484,7 @@ def test_check_never_raises_and_prints_one_line(exercise_id, answer, capsys):
     assert result.status == "failed", result.line
     assert out.out == result.line + "\n" and out.out.count("\n") == 1
     assert out.err == ""
-    assert result.line.startswith(f"❌ {exercise_id}: ")
+    assert result.line.startswith(f"✗ {exercise_id}: ")
 
 
 def test_check_leaves_the_random_state_and_grad_mode_alone():
@@ -474,4 +527,4 @@ def test_answer_output_is_swallowed(capsys):
         return list(range(position + 1))
 
     check("1.3", noisy)
-    assert capsys.readouterr().out == "✅ 1.3 passed (5 checks)\n"
+    assert capsys.readouterr().out == "✓ 1.3 passed (5 checks)\n"

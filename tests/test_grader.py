@@ -74,7 +74,7 @@ def test_tampering_cannot_fake_a_pass(graded):
     # the package's checks and torch.allclose/torch.equal, and forged a record file.
     assert _statuses(notebook) == {"1.1": "failed", "1.2": "passed", "1.3": "missing"}
     first = notebook["exercises"][0]
-    assert first["notebook_printed"] == "✅ 1.1 passed (5 checks)"
+    assert first["notebook_printed"] == "✓ 1.1 passed (5 checks)"
     assert "You returned the visibility table" in first["line"]
     assert "1.1: the notebook printed a pass, but the grader's own check says failed" in notebook["events"]
     # The deleted answer is reported as missing, by name.
@@ -109,6 +109,7 @@ def test_exercises_are_found_by_check_calls_and_chapter_file_names(tmp_path):
     assert exercises_for(notebook, tmp_path / "mine.ipynb") == ["2.1", "2.2", "2.3"]
     empty = nbformat.v4.new_notebook()
     assert exercises_for(empty, tmp_path / "03_batched.ipynb") == ["3.1", "3.2", "3.3", "3.4"]
+    assert exercises_for(empty, tmp_path / "05_why_several_heads.ipynb") == ["5.1", "5.2"]
     assert exercises_for(empty, tmp_path / "notes.ipynb") == []
 
 
@@ -124,3 +125,19 @@ def test_an_unreadable_notebook_is_reported_not_raised(tmp_path):
     broken.write_text("{ this is not json")
     report = grade_notebook(broken)
     assert report.exercises == [] and report.events[0].startswith("could not read the notebook")
+
+
+def test_a_chapter_5_notebook_is_graded_by_its_file_name(tmp_path):
+    # No check calls at all: the file name says chapter 5, and the answers are found by name.
+    cells = [
+        "import torch",
+        "def first_minus_previous(tokens):\n    return tokens[:, :1] - tokens[:, :-1]",
+        "def scores_from_maps(maps):\n    queries = torch.arange(2, maps.shape[-1])\n"
+        "    return torch.stack([maps[:, queries, queries - 1].mean(1), maps[:, queries, 0].mean(1)], dim=1)",
+    ]
+    path = tmp_path / "05_why_several_heads.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), path)
+    report = grade_notebook(path, timeout=120, check_timeout=120)
+    assert {e.id: e.status for e in report.exercises} == {"5.1": "passed", "5.2": "failed"}
+    assert "Your two columns are swapped" in report.exercises[1].line
+    assert report.score == 1 and report.max_score == 2

@@ -34,6 +34,12 @@ NOT_IMPLEMENTED = "not implemented"
 MISSING = "missing"  # the grader found no answer under the exercise's name
 ERROR = "error"  # the exercise could not be checked at all (unknown id, broken notebook)
 
+# The mark that opens each verdict line. Plain symbols that common fonts (DejaVu, Liberation)
+# have, not emoji: a page without an emoji font would show empty boxes.
+PASS_MARK = "✓"
+WAITING_MARK = "○"
+FAIL_MARK = "✗"
+
 #: The first line of the stub the student edition puts in place of a solution.
 STUB_MESSAGE = "Replace this line with your solution."
 
@@ -403,9 +409,9 @@ def _judge(exercise: Exercise, record: dict) -> CheckResult:
     total = len(exercise.checks)
     status = record.get(STATUS_KEY)
     if status == NOT_IMPLEMENTED:
-        return CheckResult(exercise.id, NOT_IMPLEMENTED, 0, total, f"⏳ {exercise.id} not implemented yet")
+        return CheckResult(exercise.id, NOT_IMPLEMENTED, 0, total, f"{WAITING_MARK} {exercise.id} not implemented yet")
     if status == MISSING:
-        line = (f"❌ {exercise.id}: no {exercise.answer_name} is defined in the notebook (deleted or "
+        line = (f"{FAIL_MARK} {exercise.id}: no {exercise.answer_name} is defined in the notebook (deleted or "
                 f"renamed?): define {exercise.signature}")
         return CheckResult(exercise.id, MISSING, 0, total, line, failed_check="answer defined",
                            expected=f"a definition of {exercise.answer_name}", got="no such name")
@@ -420,13 +426,13 @@ def _judge(exercise: Exercise, record: dict) -> CheckResult:
         mistake = next((m for m in exercise.mistakes
                         if (not m.only_for or item.name in m.only_for) and detect_safely(m, record)), None)
         hint = mistake.message if mistake else failure.hint
-        line = f"❌ {exercise.id}: {item.name}: expected {failure.expected}, got {failure.got.rstrip('.')}."
+        line = f"{FAIL_MARK} {exercise.id}: {item.name}: expected {failure.expected}, got {failure.got.rstrip('.')}."
         if hint:
             line += f" {hint}"
         return CheckResult(exercise.id, FAILED, passed, total, " ".join(line.split()), item.name,
                            failure.expected, failure.got, mistake.key if mistake else None)
-    return CheckResult(exercise.id, PASSED, total, total, f"✅ {exercise.id} passed ({total} checks)")
+    return CheckResult(exercise.id, PASSED, total, total, f"{PASS_MARK} {exercise.id} passed ({total} checks)")
 
 
 def error_result(exercise_id: str, message: str, checks_total: int = 0) -> CheckResult:
-    return CheckResult(str(exercise_id), ERROR, 0, checks_total, f"❌ {exercise_id}: {message}")
+    return CheckResult(str(exercise_id), ERROR, 0, checks_total, f"{FAIL_MARK} {exercise_id}: {message}")

@@ -44,7 +44,8 @@ from nbclient.util import run_sync
 from tqdm import tqdm
 
 from . import EXERCISES
-from .framework import ERROR, FAILED, MISSING, NOT_IMPLEMENTED, PASSED, judge
+from .framework import (ERROR, FAIL_MARK, FAILED, MISSING, NOT_IMPLEMENTED, PASS_MARK, PASSED, WAITING_MARK,
+                        judge)
 
 _QUIET_LOG = logging.getLogger("mha_course.grader.nbclient")
 _QUIET_LOG.addHandler(logging.NullHandler())
@@ -56,7 +57,7 @@ NOT_CHECKED = "not checked"
 
 _CHECK_CALL = re.compile(r"""check\(\s*["'](\d+\.\d+)["']""")
 _CHAPTER_FILE = re.compile(r"^(\d+)_")
-_PRINTED = re.compile(r"^(✅|⏳|❌) (\d+\.\d+)\b", re.MULTILINE)
+_PRINTED = re.compile(rf"^({PASS_MARK}|{WAITING_MARK}|{FAIL_MARK}) (\d+\.\d+)\b", re.MULTILINE)
 
 # Run in the kernel after the notebook: a fresh import of the exercise code, whatever the notebook
 # did to the modules it imported.
@@ -248,12 +249,12 @@ def grade_notebook(path: Path, timeout: float = 600.0, check_timeout: float = 60
         graded = {score.id for score in report.exercises}
         for exercise_id in exercise_ids:
             if exercise_id not in graded:
-                report.exercises.append(_score(exercise_id, NOT_CHECKED, f"❌ {exercise_id}: not checked: the "
+                report.exercises.append(_score(exercise_id, NOT_CHECKED, f"{FAIL_MARK} {exercise_id}: not checked: the "
                                                "notebook's kernel was not available"))
         report.exercises.sort(key=lambda score: exercise_ids.index(score.id))
     for score in report.exercises:
         score.notebook_printed = printed.get(score.id)
-        if (score.notebook_printed and score.notebook_printed.startswith("✅")
+        if (score.notebook_printed and score.notebook_printed.startswith(PASS_MARK)
                 and score.status in (FAILED, MISSING, NOT_IMPLEMENTED)):
             report.events.append(f"{score.id}: the notebook printed a pass, but the grader's own check "
                                  f"says {score.status}")
@@ -280,12 +281,12 @@ def _grade_in_kernel(run: _Run, exercise_ids: list[str], folder: Path, check_tim
                 f"{str(record_path)!r})")
         outcome, cell = run.record(code, check_timeout)
         if outcome == "dead":
-            report.exercises.append(_score(exercise_id, ERROR, f"❌ {exercise_id}: the kernel died while "
+            report.exercises.append(_score(exercise_id, ERROR, f"{FAIL_MARK} {exercise_id}: the kernel died while "
                                            f"{exercise.answer_name} was being checked"))
             report.events.append(f"the kernel died while checking {exercise_id}")
             return
         if outcome == "timeout":
-            report.exercises.append(_score(exercise_id, TIMED_OUT, f"❌ {exercise_id}: {exercise.answer_name} "
+            report.exercises.append(_score(exercise_id, TIMED_OUT, f"{FAIL_MARK} {exercise_id}: {exercise.answer_name} "
                                            f"was still running after {_seconds(check_timeout)}"))
             continue
         try:
@@ -294,11 +295,11 @@ def _grade_in_kernel(run: _Run, exercise_ids: list[str], folder: Path, check_tim
             errors = [o for o in cell.outputs if o.get("output_type") == "error"]
             why = (f"{errors[0].get('ename')}: {_first_line(errors[0].get('evalue', ''))}" if errors
                    else f"{type(error).__name__}")
-            report.exercises.append(_score(exercise_id, ERROR, f"❌ {exercise_id}: could not be checked ({why})"))
+            report.exercises.append(_score(exercise_id, ERROR, f"{FAIL_MARK} {exercise_id}: could not be checked ({why})"))
             continue
         result = judge(exercise, record) if isinstance(record, dict) else None
         if result is None:
-            report.exercises.append(_score(exercise_id, ERROR, f"❌ {exercise_id}: could not be checked"))
+            report.exercises.append(_score(exercise_id, ERROR, f"{FAIL_MARK} {exercise_id}: could not be checked"))
             continue
         report.exercises.append(_score(exercise_id, result.status, result.line, result.checks_passed))
 
