@@ -26,7 +26,7 @@ CHROMIUM_FLAGS = [
 DESKTOP = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
 ENABLE_HINT = (
-    "install chromium to run them: `sudo apt-get install -y chromium fonts-noto-color-emoji` "
+    "install chromium to run them: `sudo apt-get install -y chromium` "
     "(`make test` installs it itself when run as root, as CI does)"
 )
 
