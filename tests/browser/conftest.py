@@ -204,6 +204,8 @@ def _open_solutions(page) -> list[Solution]:
             body.wait_for(state="visible", timeout=5_000)
         shown = body.is_visible() and button.count() > 0 and button.get_attribute("aria-expanded") == "true"
         solutions.append(Solution(label, is_dropdown, hidden_at_first, shown))
+    # Back to the top, where a screenshot expects the page's sticky header.
+    page.evaluate("() => window.scrollTo(0, 0)")
     return solutions
 
 
