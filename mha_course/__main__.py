@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--label", default=None, help="suffix of the file names, e.g. bench-cpu-LABEL.json")
     bench.add_argument("--configs", default=None, help="comma-separated sizes (default: all of the mode)")
     bench.add_argument("--implementations", default=None, help="comma-separated implementations (default: all)")
+    bench.add_argument("--modes", default=None, help="comma-separated: forward, forward+backward (default: both)")
     bench.add_argument("--min-run-time", type=float, default=None, help="seconds per measurement (default 1.0; quick 0.02)")
     bench.add_argument("--min-runs", type=int, default=3, help="timed runs per measurement, at least (default 3)")
     bench.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice; quick: 1)")
