@@ -339,12 +339,21 @@ class CpuMemoryProbe:
 
 def _serve_memory_requests(requests=sys.stdin, replies=sys.stdout) -> None:
     """The memory server's loop: one JSON request per line in, one JSON reply per line out."""
-    # Load autograd's and attention's code once here, single-threaded so that no thread pool
-    # exists when the server forks; each child then starts warm but with a fresh allocator.
+    # Run every implementation once at a 4-token size here, single-threaded so that no thread
+    # pool exists when the server forks: the code they load (autograd's first backward pass even
+    # imports sympy, tens of MiB) is then loaded once, and each child starts warm but with a
+    # fresh allocator.
     torch.set_num_threads(1)
-    warm = FastMultiHeadAttention(4, 4, 4, 0.0, 2)
-    warm(torch.rand(1, 4, 4, requires_grad=True)).sum().backward()
-    del warm
+    tiny = BenchConfig("warm-up", 1, 4, 4, 2, 2, "")
+    impls, _ = build_implementations(tiny, "cpu")
+    for impl in impls.values():
+        for mode in MODES:
+            make_step(impl, mode, random_batch(1, 4, 4))()
+    del impls
+    # Children inherit every Python object; freezing them keeps the children's garbage collector
+    # from touching (and so copying) the whole inherited heap.
+    gc.collect()
+    gc.freeze()
     for line in requests:
         request = json.loads(line)
         read_end, write_end = os.pipe()
