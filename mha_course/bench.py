@@ -61,9 +61,12 @@ FORMAT_VERSION = 1
 
 MODES = ("forward", "forward+backward")
 
-#: Calls slower than this (seconds) get at most two timed runs, so that the GPT-2-small size
-#: finishes in minutes on a 2-core machine; their spread is then half the gap between the two.
+#: Calls slower than this (seconds) get at most two timed runs, and their training steps no
+#: page-fault count, so that the GPT-2-small size finishes in minutes on a 2-core machine.
 SLOW_CALL_S = 1.0
+
+#: A training step's time, in forward passes, assumed to size its measurement (2.5 to 3 measured).
+TRAINING_STEP_FORWARDS = 3
 
 
 @dataclass(frozen=True)
@@ -290,10 +293,12 @@ def _cpu_memory_child(config: BenchConfig, name: str, mode: str, threads: int, c
     else:
         scale = 1 if sys.platform == "darwin" else 1024
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale - before
-    faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    for _ in range(calls):
-        step()
-    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before) / calls
+    faults = None
+    if calls:  # steady state: the faults of each later call
+        faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(calls):
+            step()
+        faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before) / calls
     return {"peak_bytes": max(int(peak), 0), "minor_faults_per_call": faults,
             "peak_method": "VmHWM growth" if exact else "ru_maxrss growth"}
 
@@ -412,7 +417,8 @@ def run_benchmark(configs: Iterable[BenchConfig], device="cpu", implementations:
         min_runs: the measuring time is stretched to fit at least this many calls, so slow
             calls still get a median and a spread (at most 2 for calls over ``SLOW_CALL_S``).
         memory: measure peak memory (and page faults on the CPU).
-        memory_calls: calls over which page faults per call are averaged, after the first.
+        memory_calls: calls over which page faults per call are averaged, after the first
+            (none for training steps slower than ``SLOW_CALL_S``: their faults are ``None``).
         threads: torch threads (default: torch's current setting).
         progress: show a tqdm progress bar on stderr.
         quick: only recorded in the metadata.
@@ -434,8 +440,8 @@ def run_benchmark(configs: Iterable[BenchConfig], device="cpu", implementations:
     if threads:
         torch.set_num_threads(threads)
     threads = torch.get_num_threads()
-    if memory_calls < 1:
-        raise ValueError(f"memory_calls must be at least 1, got {memory_calls}.")
+    if memory_calls < 0:
+        raise ValueError(f"memory_calls must be 0 or more, got {memory_calls}.")
     probe = CpuMemoryProbe() if memory and device.type == "cpu" else None
     try:
         return _run(configs, device, names, modes, min_run_time, min_runs, memory, memory_calls, threads,
@@ -487,15 +493,11 @@ def _run(configs, device, names, modes, min_run_time, min_runs, memory, memory_c
                     checked[name] = _max_abs_diff(out, reference) if reference is not None else None
                     del out
                 step = make_step(impl, mode, x)
-                if mode == "forward":
-                    one_call = forward_time[name]
-                else:  # a timed warm-up call: first-call allocations are not measured
-                    _synchronize(device)
-                    t0 = time.perf_counter()
-                    step()
-                    _synchronize(device)
-                    one_call = time.perf_counter() - t0
-                runs = min_runs if one_call < SLOW_CALL_S else min(min_runs, 2)
+                # The forward check sized the call. A training step takes two to three forward passes;
+                # its warm-up is the untimed call with which blocked_autorange sizes its blocks.
+                one_call = forward_time[name] * (1 if mode == "forward" else TRAINING_STEP_FORWARDS)
+                slow = one_call >= SLOW_CALL_S
+                runs = min(min_runs, 2) if slow else min_runs
                 timing = measure(step, min_run_time=max(min_run_time, runs * one_call))
                 macs = multiply_adds(impl.cost_kind, config.batch, config.num_tokens, config.d_in,
                                      config.head_dim if impl.cost_kind == "wrapper" else config.d_out,
@@ -506,7 +508,9 @@ def _run(configs, device, names, modes, min_run_time, min_runs, memory, memory_c
                            max_abs_diff=checked[name])  # ceiling_fraction is added at the end
                 if memory:
                     if probe is not None:
-                        row.update(probe.measure(config, name, mode, threads, memory_calls))
+                        # Page faults of a slow training step are skipped: one more call of many seconds.
+                        calls = 0 if slow and mode != "forward" else memory_calls
+                        row.update(probe.measure(config, name, mode, threads, calls))
                     else:
                         row.update(_cuda_memory(step, device))
                 del step
@@ -668,32 +672,57 @@ def _fmt_time(seconds):
 def _fmt_bytes(n):
     if n is None:
         return "-"
-    return f"{n / 2**20:.1f} MiB" if abs(n) >= 2**20 else f"{n / 2**10:.0f} KiB"
+    if abs(n) >= 2**20:
+        return f"{n / 2**20:.1f} MiB"
+    return f"{n / 2**10:.0f} KiB" if abs(n) >= 2**10 else f"{n} B"
 
 
 def _fmt(value, spec):
     return "-" if value is None else format(value, spec)
 
 
-def results_table(results: dict, config: str, mode: str) -> str:
-    """A Markdown table of one config and mode: times, ratios, memory, faults, FLOP/s."""
+def format_table(header: list[str], rows: list[list[str]], fmt: str = "text") -> str:
+    """Format cells as an aligned plain-text table (``fmt="text"``) or a Markdown table.
+
+    Example:
+        >>> print(format_table(["name", "ms"], [["fast", "1.5"], ["batched", "12"]]))
+        name     ms
+        -------  ---
+        fast     1.5
+        batched  12
+    """
+    if fmt == "markdown":
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+    if fmt != "text":
+        raise ValueError(f"fmt must be 'text' or 'markdown', got {fmt!r}.")
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
+    def line(cells):
+        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(row) for row in rows])
+
+
+def results_table(results: dict, config: str, mode: str, fmt: str = "text") -> str:
+    """A table of one config and mode: times, ratios, FLOP/s, memory, faults (text or Markdown)."""
     memory = results["meta"].get("memory_measured", True)
-    header = ["implementation", "median", "IQR", "× batched", "× raw SDPA", "GFLOP/s", "% of matmul"]
+    header = ["implementation", "median", "IQR", "x batched", "x raw SDPA", "GFLOP/s", "% matmul"]
     if memory:
         header += ["peak memory", "faults/call"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows, notes = [], []
     for row in select(results, config, mode, measured_only=False):
         if row.get("skipped"):
-            lines.append(f"| `{row['implementation']}` | skipped: {row['skipped']} |" + " |" * (len(header) - 2))
+            rows.append([row["implementation"], "skipped"] + [""] * (len(header) - 2))
+            if row["skipped"] not in notes:
+                notes.append(row["skipped"])
             continue
-        cells = [f"`{row['implementation']}`", _fmt_time(row["median_s"]), _fmt_time(row["iqr_s"]),
+        cells = [row["implementation"], _fmt_time(row["median_s"]), _fmt_time(row["iqr_s"]),
                  _fmt(row.get("vs_batched"), ".2f"), _fmt(row.get("vs_raw_sdpa"), ".2f"),
                  _fmt(row["flops_per_s"] / 1e9, ".3g"), _fmt(100 * row["ceiling_fraction"], ".0f")]
         if memory:
             faults = row.get("minor_faults_per_call")
             cells += [_fmt_bytes(row.get("peak_bytes")), "-" if faults is None else f"{faults:,.0f}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append(cells)
+    return format_table(header, rows, fmt) + "".join(f"\n(skipped: {note})" for note in notes)
 
 
 def plot_results(results: dict, metric: str = "median_s", configs: Iterable[str] | None = None):

@@ -125,9 +125,14 @@ def test_load_results_rejects_other_formats(tmp_path):
 
 
 def test_table_and_lookup(results):
-    table = bench.results_table(results, "tiny", "forward")
-    assert table.splitlines()[0].startswith("| implementation | median | IQR | × batched | × raw SDPA")
+    table = bench.results_table(results, "tiny", "forward", fmt="markdown")
+    assert table.splitlines()[0].startswith("| implementation | median | IQR | x batched | x raw SDPA")
     assert len(table.splitlines()) == 2 + len(NAMES)
+    text = bench.results_table(results, "tiny", "forward").splitlines()
+    assert text[0].split()[:3] == ["implementation", "median", "IQR"] and text[2].startswith("stacked ")
+    assert len(text) == 2 + len(NAMES)
+    with pytest.raises(ValueError, match="fmt must be 'text' or 'markdown'"):
+        bench.format_table(["a"], [["1"]], fmt="html")
     assert bench.lookup(results, "tiny", "forward", "fast")["implementation"] == "fast"
     with pytest.raises(KeyError, match="no measured row for config='tiny', mode='forward', implementation='fused_qkv'"):
         bench.lookup(results, "tiny", "forward", "fused_qkv")
