@@ -16,7 +16,9 @@ causal multi-head attention, on the same weights and the same input:
 ========================  ==================================================================
 
 Each is timed forward (under ``torch.no_grad``) and forward+backward (a training step without
-the optimiser), with ``torch.utils.benchmark`` through :func:`mha_course.timing.measure`. The run
+the optimiser), with ``torch.utils.benchmark`` through :func:`mha_course.timing.measure`, in
+rounds: the implementations take turns, so that the drifting speed of a shared machine affects
+them alike and their ratios stay fair (see :func:`_interleaved_samples`). The run
 also records, per implementation: the ratio of its median time to the textbook batched module's
 and to raw SDPA's; its peak memory (on CUDA the caching allocator's statistics; on the CPU the
 growth of the peak resident memory of a fresh child process that runs the call once) and, on
@@ -53,7 +55,7 @@ from .fast import FastMultiHeadAttention
 from .interop import sdpa_forward, to_torch_multihead
 from .masking import causal_mask
 from .multihead import MultiHeadAttention
-from .timing import measure
+from .timing import Timing, measure
 from .wrapper import MultiHeadAttentionWrapper
 
 #: Version of the results format; bumped when a field changes meaning.
@@ -61,12 +63,9 @@ FORMAT_VERSION = 1
 
 MODES = ("forward", "forward+backward")
 
-#: Calls slower than this (seconds) get at most two timed runs, and their training steps no
-#: page-fault count, so that the GPT-2-small size finishes in minutes on a 2-core machine.
+#: Calls slower than this (seconds) are timed once in each of two rounds, and their training
+#: steps get no page-fault count, so that the GPT-2-small size finishes in minutes on 2 cores.
 SLOW_CALL_S = 1.0
-
-#: A training step's time, in forward passes, assumed to size its measurement (2.5 to 3 measured).
-TRAINING_STEP_FORWARDS = 3
 
 
 @dataclass(frozen=True)
@@ -393,6 +392,51 @@ def _cuda_memory(step: Callable[[], None], device: torch.device) -> dict:
             "minor_faults_per_call": None, "peak_method": "cuda max_memory_allocated growth"}
 
 
+def _time_once(fn: Callable, device: torch.device):
+    """Run ``fn()`` once; return (seconds, its result), synchronising CUDA around it."""
+    _synchronize(device)
+    start = time.perf_counter()
+    result = fn()
+    _synchronize(device)
+    return time.perf_counter() - start, result
+
+
+def _interleaved_samples(steps: dict, one_call: dict, device, min_run_time: float, min_runs: int,
+                         bar, label: str) -> dict:
+    """Time every step in rounds, one implementation after another, and return name -> samples.
+
+    On a shared machine the speed drifts as neighbours come and go; timing the implementations
+    in turns, a little each round (in a rotated order), lets every one of them see the same
+    drift, so their ratios stay fair. A call under ``SLOW_CALL_S`` is measured each round by
+    ``torch.utils.benchmark`` (:func:`mha_course.timing.measure`, the round's share of
+    ``min_run_time``), which gives the round's median; a slower call is timed once per round in
+    at most two rounds, as ``blocked_autorange`` would spend an extra untimed call sizing its
+    blocks.
+    """
+    names = list(steps)
+    samples = {name: [] for name in names}
+    rounds = max(min_runs, 1)
+    for round_index in range(rounds):
+        shift = round_index % max(len(names), 1)
+        for name in names[shift:] + names[:shift]:
+            slow = one_call[name] >= SLOW_CALL_S
+            if slow and round_index >= 2:
+                continue
+            bar.set_postfix_str(f"{label}: round {round_index + 1}/{rounds}, {name}")
+            if slow:
+                samples[name].append(_time_once(steps[name], device)[0])
+            else:
+                samples[name].append(measure(steps[name], min_run_time=min_run_time / rounds).median)
+    return samples
+
+
+def _summarise(samples: list[float]) -> Timing:
+    """Median and interquartile range of per-round samples."""
+    values = torch.tensor(samples, dtype=torch.float64)
+    q1, median, q3 = torch.quantile(values, torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64)).tolist()
+    return Timing(median=median, iqr=q3 - q1, runs=len(samples))
+
+
 def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).abs().max())
 
@@ -413,9 +457,11 @@ def run_benchmark(configs: Iterable[BenchConfig], device="cpu", implementations:
         device: ``"cpu"`` or ``"cuda"``.
         implementations: names from :data:`IMPLEMENTATIONS` (default: all).
         modes: any of ``"forward"``, ``"forward+backward"``.
-        min_run_time: seconds ``torch.utils.benchmark`` keeps measuring each call, at least.
-        min_runs: the measuring time is stretched to fit at least this many calls, so slow
-            calls still get a median and a spread (at most 2 for calls over ``SLOW_CALL_S``).
+        min_run_time: seconds ``torch.utils.benchmark`` spends on each implementation, spread over
+            the rounds.
+        min_runs: rounds: every implementation is timed once per round, in turns, so that all of
+            them see the same drift of a shared machine; the median and spread are over rounds
+            (at most 2 rounds, of one call each, for calls over ``SLOW_CALL_S``).
         memory: measure peak memory (and page faults on the CPU).
         memory_calls: calls over which page faults per call are averaged, after the first
             (none for training steps slower than ``SLOW_CALL_S``: their faults are ``None``).
@@ -472,33 +518,38 @@ def _run(configs, device, names, modes, min_run_time, min_runs, memory, memory_c
         checked = {}  # name -> max |output - textbook output|, computed once per implementation
         forward_time = {}  # name -> seconds of that first forward call
         for mode in modes:
+            active = [name for name in names if name not in skipped]
+            steps, one_call = {}, {}
+            for name in active:  # check, warm up and size every implementation first
+                bar.set_postfix_str(f"{config.name} {mode}: warming up {name}")
+                impl = impls[name]
+                if name not in checked:
+                    # The check is also the first (warm-up) forward call, and its duration sizes the timing.
+                    for module in impl.modules:
+                        module.eval()
+                    with torch.no_grad():
+                        forward_time[name], out = _time_once(lambda: impl.forward(x), device)
+                    checked[name] = _max_abs_diff(out, reference) if reference is not None else None
+                    del out
+                steps[name] = make_step(impl, mode, x)
+                one_call[name] = forward_time[name]
+                if mode != "forward":
+                    # A warm-up, untimed: the first training step in a process also loads code (the
+                    # first backward pass with a given gradient imports sympy). A step costs about
+                    # three forward passes.
+                    steps[name]()
+                    one_call[name] *= 3
+            samples = _interleaved_samples(steps, one_call, device, min_run_time, min_runs, bar,
+                                           f"{config.name} {mode}")
             for name in names:
-                bar.set_postfix_str(f"{config.name} {mode} {name}")
                 row = {"config": config.name, "implementation": name, "mode": mode}
                 if name in skipped:
                     rows.append({**row, "skipped": skipped[name]})
                     bar.update()
                     continue
+                bar.set_postfix_str(f"{config.name} {mode}: memory of {name}")
                 impl = impls[name]
-                if name not in checked:
-                    # The check is also the first (warm-up) call, and its duration sizes the timing.
-                    for module in impl.modules:
-                        module.eval()
-                    _synchronize(device)
-                    t0 = time.perf_counter()
-                    with torch.no_grad():
-                        out = impl.forward(x)
-                    _synchronize(device)
-                    forward_time[name] = time.perf_counter() - t0
-                    checked[name] = _max_abs_diff(out, reference) if reference is not None else None
-                    del out
-                step = make_step(impl, mode, x)
-                # The forward check sized the call. A training step takes two to three forward passes;
-                # its warm-up is the untimed call with which blocked_autorange sizes its blocks.
-                one_call = forward_time[name] * (1 if mode == "forward" else TRAINING_STEP_FORWARDS)
-                slow = one_call >= SLOW_CALL_S
-                runs = min(min_runs, 2) if slow else min_runs
-                timing = measure(step, min_run_time=max(min_run_time, runs * one_call))
+                timing = _summarise(samples[name])
                 macs = multiply_adds(impl.cost_kind, config.batch, config.num_tokens, config.d_in,
                                      config.head_dim if impl.cost_kind == "wrapper" else config.d_out,
                                      config.num_heads)
@@ -509,13 +560,14 @@ def _run(configs, device, names, modes, min_run_time, min_runs, memory, memory_c
                 if memory:
                     if probe is not None:
                         # Page faults of a slow training step are skipped: one more call of many seconds.
+                        slow = one_call[name] >= SLOW_CALL_S
                         calls = 0 if slow and mode != "forward" else memory_calls
                         row.update(probe.measure(config, name, mode, threads, calls))
                     else:
-                        row.update(_cuda_memory(step, device))
-                del step
+                        row.update(_cuda_memory(steps[name], device))
                 rows.append(row)
                 bar.update()
+            del steps
     # The ceiling again at the end: on a shared machine the two can differ; the faster one is the
     # ceiling, and both are recorded.
     again = matmul_ceiling(device, ceiling_size, min_run_time=ceiling_time)
@@ -746,17 +798,19 @@ def plot_results(results: dict, metric: str = "median_s", configs: Iterable[str]
         for j, config in enumerate(configs):
             ax = axes[i][j]
             for k, name in enumerate(names):
-                rows = select(results, config, mode, name)
+                rows = select(results, config, mode, name, measured_only=False)
+                if rows and rows[0].get("skipped"):
+                    ax.text(0, k, " n/a", va="center", fontsize=8, color="grey")
                 if not rows or rows[0].get(metric) is None:
                     continue
                 value = rows[0][metric] * scale
                 error = rows[0]["iqr_s"] * scale / 2 if metric == "median_s" else None
                 ax.barh(k, value, xerr=error, color=colours(k % 10))
             ax.set_yticks(range(len(names)), names)
-            ax.invert_yaxis()
             ax.set_title(f"{config}, {mode}", fontsize=9)
             ax.set_xlabel(unit)
             ax.grid(axis="x", alpha=0.3)
+    axes[0][0].invert_yaxis()  # the axes share y: invert once, so the course's order reads top-down
     meta = results["meta"]
     what = "median time per call" if metric == "median_s" else "peak memory of one call"
     figure.suptitle(f"{what}: {meta['device_name']} ({meta['device']}, {meta['threads']} threads), "
