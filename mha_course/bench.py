@@ -721,6 +721,32 @@ def _fmt_time(seconds):
     return "-" if seconds is None else (f"{seconds * 1e3:.3g} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.3g} µs")
 
 
+def compare(results: dict, config: str, mode: str, numerator: str, denominator: str) -> dict:
+    """Compare two implementations' times: the ratio of medians, and whether it beats the spread.
+
+    ``verdict`` is ``"tie"`` when the medians differ by no more than the mean of the two
+    interquartile ranges (the difference is within the run's own noise), else the name of the
+    faster implementation.
+
+    Example:
+        >>> rows = [{"config": "c", "mode": "forward", "implementation": n, "median_s": m, "iqr_s": 0.1}
+        ...         for n, m in (("batched", 1.0), ("stacked", 2.0))]
+        >>> compare({"rows": rows}, "c", "forward", "batched", "stacked")
+        {'ratio': 0.5, 'verdict': 'batched'}
+    """
+    a, b = lookup(results, config, mode, numerator), lookup(results, config, mode, denominator)
+    if abs(a["median_s"] - b["median_s"]) <= (a["iqr_s"] + b["iqr_s"]) / 2:
+        verdict = "tie"
+    else:
+        verdict = numerator if a["median_s"] < b["median_s"] else denominator
+    return {"ratio": a["median_s"] / b["median_s"], "verdict": verdict}
+
+
+def format_bytes(n) -> str:
+    """Bytes as B, KiB or MiB with one decimal place for MiB (``-`` for ``None``)."""
+    return _fmt_bytes(n)
+
+
 def _fmt_bytes(n):
     if n is None:
         return "-"
@@ -813,16 +839,20 @@ def plot_results(results: dict, metric: str = "median_s", configs: Iterable[str]
     axes[0][0].invert_yaxis()  # the axes share y: invert once, so the course's order reads top-down
     meta = results["meta"]
     what = "median time per call" if metric == "median_s" else "peak memory of one call"
-    figure.suptitle(f"{what}: {meta['device_name']} ({meta['device']}, {meta['threads']} threads), "
+    figure.suptitle(f"{what}: {meta['device_name']} ({meta['device']}, {_threads(meta)}), "
                     f"torch {meta['torch']}, {meta['date']}", fontsize=10)
     figure.tight_layout()
     return figure
 
 
+def _threads(meta: dict) -> str:
+    return f"{meta['threads']} thread" + ("" if meta["threads"] == 1 else "s")
+
+
 def summary(results: dict) -> str:
     """A plain-text summary of a run: one table per (config, mode)."""
     meta = results["meta"]
-    parts = [f"{meta['device_name']} ({meta['device']}, {meta['threads']} threads), torch {meta['torch']}, "
+    parts = [f"{meta['device_name']} ({meta['device']}, {_threads(meta)}), torch {meta['torch']}, "
              f"{meta['date']}; matmul ceiling {meta['matmul_ceiling']['flops_per_s'] / 1e9:.1f} GFLOP/s; "
              f"run took {meta['wall_time_s']:.0f} s"]
     for config in results["configs"]:

@@ -162,3 +162,12 @@ def test_command_rejects_missing_device(capsys):
         pytest.skip("CUDA is present here")
     assert cli(["bench", "--quick", "--device", "cuda"]) == 2
     assert "asks for CUDA, but torch sees no CUDA device" in capsys.readouterr().err
+
+
+def test_compare_calls_a_tie_within_the_spread():
+    rows = [{"config": "c", "mode": "forward", "implementation": n, "median_s": m, "iqr_s": q}
+            for n, m, q in (("a", 1.0, 0.2), ("b", 1.15, 0.2), ("c", 2.0, 0.1))]
+    results = {"rows": rows}
+    assert bench.compare(results, "c", "forward", "a", "b") == {"ratio": 1.0 / 1.15, "verdict": "tie"}
+    assert bench.compare(results, "c", "forward", "c", "a") == {"ratio": 2.0, "verdict": "a"}
+    assert bench.format_bytes(3 * 2**20) == "3.0 MiB" and bench.format_bytes(None) == "-"
