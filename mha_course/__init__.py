@@ -8,6 +8,8 @@ teaching order:
 * :class:`MultiHeadAttention` - all heads in one batched module (chapter 3).
 * :class:`FastMultiHeadAttention` - the same module on a fused QKV projection and PyTorch's fused
   attention kernel (chapter 4).
+
+``check("1.1", answer)`` grades a learner's answer to an exercise (see :mod:`mha_course.exercises`).
 """
 
 from .causal_attention import CausalAttention
@@ -18,6 +20,7 @@ from .interop import sdpa_forward, to_torch_multihead, torch_multihead_forward
 from .masking import causal_mask, visibility
 from .multihead import MultiHeadAttention, transfer_weights
 from .wrapper import MultiHeadAttentionWrapper
+from .exercises import check  # noqa: E402  (the tools come after the core they check)
 
 __version__ = "0.1.0"
 
@@ -39,4 +42,5 @@ __all__ = [
     "sdpa_forward",
     "to_torch_multihead",
     "torch_multihead_forward",
+    "check",
 ]

@@ -25,8 +25,39 @@ def _bench(args: argparse.Namespace) -> int:
     return bench_main(args)
 
 
+def _specialise(args: argparse.Namespace) -> int:
+    from .specialise import run_cli
+
+    return run_cli(args)
+
+
+def _student(args: argparse.Namespace) -> int:
+    from .exercises import student
+
+    return student.main(args)
+
+
+def _grade(args: argparse.Namespace) -> int:
+    from .exercises import grader
+
+    return grader.main(args)
+
+
+def _add_exercise_commands(commands) -> None:
+    # The argument definitions live with the tools; importing them is cheap (no torch).
+    from .exercises import cli_arguments
+
+    student = commands.add_parser("student", help="write the student edition of the chapter notebooks "
+                                  "(solutions replaced by stubs, outputs cleared)")
+    cli_arguments.add_student_arguments(student)
+    student.set_defaults(handler=_student)
+    grade = commands.add_parser("grade", help="execute completed notebooks and score their exercises")
+    cli_arguments.add_grade_arguments(grade)
+    grade.set_defaults(handler=_grade)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m mha_course", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m mha_course", description="The course's command line.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     info = commands.add_parser("info", help="print the package, torch and device in use")
     info.set_defaults(handler=_info)
@@ -42,12 +73,21 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--implementations", default=None, help="comma-separated implementations (default: all)")
     bench.add_argument("--modes", default=None, help="comma-separated: forward, forward+backward (default: both)")
     bench.add_argument("--min-run-time", type=float, default=None, help="seconds per measurement (default 1.0; quick 0.02)")
-    bench.add_argument("--min-runs", type=int, default=3, help="timed runs per measurement, at least (default 3)")
+    bench.add_argument("--min-runs", type=int, default=3, help="timing rounds: the implementations take turns (default 3; calls over 1 s: 2)")
     bench.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice; quick: 1)")
     bench.add_argument("--no-memory", action="store_true", help="skip peak-memory and page-fault measurements")
     bench.add_argument("--no-plot", action="store_true", help="do not write the PNG plot")
     bench.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     bench.set_defaults(handler=_bench)
+    specialise = commands.add_parser(
+        "specialise", help="train the tiny 1-, 2- and 4-head models of chapter 5 and write their results"
+    )
+    specialise.add_argument("--seeds", type=int, default=8, help="seeds per head count (default 8)")
+    specialise.add_argument("--out", default="book/data/specialisation.json",
+                            help="JSON file to write (default book/data/specialisation.json)")
+    specialise.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    specialise.set_defaults(handler=_specialise)
+    _add_exercise_commands(commands)
     return parser
 
 
