@@ -6,6 +6,8 @@ teaching order:
 * :class:`CausalAttention` - one causal head (chapter 1);
 * :class:`MultiHeadAttentionWrapper` - several heads stacked side by side (chapter 2);
 * :class:`MultiHeadAttention` - all heads in one batched module (chapter 3).
+* :class:`FastMultiHeadAttention` - the same module on a fused QKV projection and PyTorch's fused
+  attention kernel (chapter 4).
 
 ``check("1.1", answer)`` grades a learner's answer to an exercise (see :mod:`mha_course.exercises`).
 """
@@ -13,6 +15,7 @@ teaching order:
 from .causal_attention import CausalAttention
 from .data import RUNNING_WORDS, THREE_TOKEN_LABELS, random_batch, running_example, three_token_example
 from .device import DEVICE_ENV_VAR, get_device
+from .fast import FastMultiHeadAttention
 from .interop import sdpa_forward, to_torch_multihead, torch_multihead_forward
 from .masking import causal_mask, visibility
 from .multihead import MultiHeadAttention, transfer_weights
@@ -26,6 +29,7 @@ __all__ = [
     "MultiHeadAttentionWrapper",
     "MultiHeadAttention",
     "transfer_weights",
+    "FastMultiHeadAttention",
     "causal_mask",
     "visibility",
     "get_device",

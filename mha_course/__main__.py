@@ -19,6 +19,12 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from .bench import main as bench_main
+
+    return bench_main(args)
+
+
 def _specialise(args: argparse.Namespace) -> int:
     from .specialise import run_cli
 
@@ -55,6 +61,24 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     info = commands.add_parser("info", help="print the package, torch and device in use")
     info.set_defaults(handler=_info)
+    bench = commands.add_parser(
+        "bench", help="time every implementation of causal multi-head attention (writes JSON, CSV, PNG)",
+        description="Time the stacked, batched, fused and SDPA implementations (forward and "
+        "forward+backward), with peak memory, page faults, multiply-adds and FLOP/s.")
+    bench.add_argument("--quick", action="store_true", help="tiny sizes and short timings (seconds; for CI)")
+    bench.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    bench.add_argument("--out", default="bench-results", help="folder for the results (default: bench-results)")
+    bench.add_argument("--label", default=None, help="suffix of the file names, e.g. bench-cpu-LABEL.json")
+    bench.add_argument("--configs", default=None, help="comma-separated sizes (default: all of the mode)")
+    bench.add_argument("--implementations", default=None, help="comma-separated implementations (default: all)")
+    bench.add_argument("--modes", default=None, help="comma-separated: forward, forward+backward (default: both)")
+    bench.add_argument("--min-run-time", type=float, default=None, help="seconds per measurement (default 1.0; quick 0.02)")
+    bench.add_argument("--min-runs", type=int, default=3, help="timing rounds: the implementations take turns (default 3; calls over 1 s: 2)")
+    bench.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice; quick: 1)")
+    bench.add_argument("--no-memory", action="store_true", help="skip peak-memory and page-fault measurements")
+    bench.add_argument("--no-plot", action="store_true", help="do not write the PNG plot")
+    bench.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    bench.set_defaults(handler=_bench)
     specialise = commands.add_parser(
         "specialise", help="train the tiny 1-, 2- and 4-head models of chapter 5 and write their results"
     )

@@ -85,6 +85,21 @@ class MultiplyAdds:
     def flops(self) -> int:
         return 2 * self.total
 
+    @property
+    def forward_backward(self) -> int:
+        """Multiply-adds of a forward and backward pass when the input needs a gradient too.
+
+        The backward pass of every product ``C = A @ B`` runs two products of the same size,
+        ``dA = dC @ B^T`` and ``dB = A^T @ dC``, so a training step costs three forward passes.
+        (If the input needs no gradient, the first projections skip ``dA`` and it is a little less.)
+
+        Example:
+            >>> macs = multiply_adds("batched", batch=1, num_tokens=6, d_in=3, d_out=4, num_heads=2)
+            >>> macs.forward_backward == 3 * macs.total
+            True
+        """
+        return 3 * self.total
+
 
 def multiply_adds(kind: str, batch: int, num_tokens: int, d_in: int, d_out: int, num_heads: int = 1) -> MultiplyAdds:
     """Multiply-adds of the matrix products in one forward pass of a stage's module.
@@ -112,6 +127,55 @@ def multiply_adds(kind: str, batch: int, num_tokens: int, d_in: int, d_out: int,
         weighted_sum=batch * heads * num_tokens * num_tokens * head_dim,
         out_proj=tokens * width * width if kind == "batched" else 0,
     )
+
+
+#: The two ways of adding heads that the book compares (see the module docstring).
+REGIMES = ("head_dim fixed", "d_out fixed")
+
+
+def cost_by_heads(regime: str, num_heads, *, batch: int, num_tokens: int, d_in: int, width: int,
+                  kind: str = "batched", bytes_per_element: int = 4) -> list[dict]:
+    """Parameters, multiply-adds and score-tensor bytes for each head count, in one regime.
+
+    Args:
+        regime: ``"head_dim fixed"`` (every head is ``width`` wide, so the model grows with the
+            heads) or ``"d_out fixed"`` (the model is ``width`` wide, shared among the heads:
+            ``head_dim = width // num_heads``).
+        num_heads: the head counts to tabulate, e.g. ``[1, 2, 4, 8]``.
+        batch, num_tokens, d_in: the input's shape ``(batch, num_tokens, d_in)``.
+        width: ``head_dim`` or ``d_out``, depending on ``regime``.
+        kind: ``"batched"`` (:class:`MultiHeadAttention`) or ``"wrapper"`` (stacked heads).
+
+    Returns:
+        One dict per head count with keys ``num_heads``, ``head_dim``, ``d_out`` (total width),
+        ``parameters``, ``multiply_adds`` (forward) and ``score_bytes`` (one
+        ``(batch, num_heads, num_tokens, num_tokens)`` tensor).
+
+    Example:
+        >>> rows = cost_by_heads("d_out fixed", [1, 4], batch=1, num_tokens=8, d_in=16, width=16)
+        >>> [(r["head_dim"], r["parameters"], r["score_bytes"]) for r in rows]
+        [(16, 1040, 256), (4, 1040, 1024)]
+    """
+    if regime not in REGIMES:
+        raise ValueError(f"regime must be one of {', '.join(map(repr, REGIMES))}, got {regime!r}.")
+    if kind not in ("batched", "wrapper"):
+        raise ValueError(f"kind must be 'batched' or 'wrapper' (the multi-head stages), got {kind!r}.")
+    width = check_positive_int("width", width)
+    rows = []
+    for heads in num_heads:
+        heads = check_positive_int("num_heads", heads)
+        head_dim = width if regime == "head_dim fixed" else check_divisible(width, heads)
+        total = heads * head_dim
+        d_out = total if kind == "batched" else head_dim  # the class's own meaning of d_out
+        rows.append({
+            "num_heads": heads,
+            "head_dim": head_dim,
+            "d_out": total,
+            "parameters": parameter_count(kind, d_in, d_out, heads),
+            "multiply_adds": multiply_adds(kind, batch, num_tokens, d_in, d_out, heads).total,
+            "score_bytes": score_memory_bytes(batch, heads, num_tokens, bytes_per_element),
+        })
+    return rows
 
 
 def score_memory_bytes(batch: int, num_heads: int, num_tokens: int, bytes_per_element: int = 4) -> int:

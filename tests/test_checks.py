@@ -90,6 +90,16 @@ def attention_layer_size(d_model, num_heads, context_length, qkv_bias=True):
             "attention_weights_mib": num_heads * context_length**2 * 4 / 2**20}
 
 
+def attention_share(num_tokens, d_in, d_out):
+    attention = 2 * num_tokens**2 * d_out
+    projections = 3 * num_tokens * d_in * d_out + num_tokens * d_out**2
+    return attention / (attention + projections)
+
+
+def predicted_forward_peak(batch, num_heads, num_tokens, d_out):
+    return 4 * (2 * batch * num_heads * num_tokens**2 + 3 * batch * num_tokens * d_out)
+
+
 def first_minus_previous(tokens):
     return tokens[:, :1] - tokens[:, :-1]
 
@@ -112,6 +122,8 @@ CORRECT = {
     "3.2": merge_heads,
     "3.3": transfer_heads,
     "3.4": attention_layer_size,
+    "4.1": attention_share,
+    "4.2": predicted_forward_peak,
     "5.1": first_minus_previous,
     "5.2": scores_from_maps,
 }
@@ -338,6 +350,15 @@ WRONG = {
     ("3.4", "bytes-not-mib"): _size(attention_weights_mib=lambda d, h, t, b: h * t * t * 4),
     ("3.4", "float64"): _size(attention_weights_mib=lambda d, h, t, b: h * t * t * 8 / 2**20),
     ("3.4", "lower-triangle-only"): _size(attention_weights_mib=lambda d, h, t, b: h * t * (t + 1) / 2 * 4 / 2**20),
+    ("4.1", "one-attention-product"): lambda t, d_in, d_out: t * t * d_out / (t * t * d_out + 3 * t * d_in * d_out + t * d_out**2),
+    ("4.1", "no-out-proj"): lambda t, d_in, d_out: 2 * t * t * d_out / (2 * t * t * d_out + 3 * t * d_in * d_out),
+    ("4.1", "ratio-not-share"): lambda t, d_in, d_out: 2 * t * t * d_out / (3 * t * d_in * d_out + t * d_out**2),
+    ("4.1", "widths-swapped"): lambda t, d_in, d_out: attention_share(t, d_out, d_in),
+    ("4.2", "one-score-tensor"): lambda b, h, t, d: 4 * (b * h * t * t + 3 * b * t * d),
+    ("4.2", "no-activations"): lambda b, h, t, d: 2 * 4 * b * h * t * t,
+    ("4.2", "numbers-not-bytes"): lambda b, h, t, d: 2 * b * h * t * t + 3 * b * t * d,
+    ("4.2", "heads-ignored"): lambda b, h, t, d: 4 * (2 * b * t * t + 3 * b * t * d),
+    ("4.2", "float64"): lambda b, h, t, d: 8 * (2 * b * h * t * t + 3 * b * t * d),
     ("5.1", "sign-flipped"): lambda tokens: tokens[:, :-1] - tokens[:, :1],
     ("5.1", "current-not-previous"): lambda tokens: tokens[:, :1] - tokens[:, 1:],
     ("5.1", "class-indices"): lambda tokens: tokens[:, :1] - tokens[:, :-1] + 7,

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import chapter1, chapter2, chapter3, chapter5
+from . import chapter1, chapter2, chapter3, chapter4, chapter5
 from .framework import (ERROR, FAILED, MISSING, NOT_IMPLEMENTED, PASSED, CheckResult, Exercise,
                         error_result, judge, probe)
 
 #: Every exercise of the course by id, in the order of the book.
 EXERCISES: dict[str, Exercise] = {
     exercise.id: exercise
-    for exercise in (*chapter1.EXERCISES, *chapter2.EXERCISES, *chapter3.EXERCISES, *chapter5.EXERCISES)
+    for exercise in (*chapter1.EXERCISES, *chapter2.EXERCISES, *chapter3.EXERCISES, *chapter4.EXERCISES, *chapter5.EXERCISES)
 }
 
 

@@ -1,0 +1,173 @@
+"""The benchmark command: structure of its results, ratios, files. Never a timing assertion."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest
+import torch
+
+from mha_course import bench
+from mha_course.__main__ import main as cli
+from mha_course.cost import multiply_adds
+
+# Small, but with a score tensor (2 x 8 heads x 128 x 128 floats = 1 MiB) that dominates memory.
+TINY = bench.BenchConfig("tiny", 2, 128, 16, 8, 2, "a test size")
+SCORE_BYTES = 2 * 8 * 128 * 128 * 4
+NAMES = ["stacked", "batched", "fast", "raw_sdpa", "torch_mha"]
+
+
+@pytest.fixture(scope="module")
+def results():
+    """One small run, with the memory probe, shared by the tests below."""
+    return bench.run_benchmark([TINY], implementations=NAMES, min_run_time=0.002, min_runs=1,
+                               memory=True, memory_calls=1, threads=1, progress=False, ceiling_size=32)
+
+
+def test_every_implementation_and_mode_has_a_row(results):
+    assert [(r["implementation"], r["mode"]) for r in results["rows"]] == [
+        (name, mode) for mode in bench.MODES for name in NAMES
+    ]
+    assert results["configs"] == [dict(name="tiny", batch=2, num_tokens=128, d_in=16, num_heads=8, head_dim=2,
+                                       description="a test size")]
+    meta = results["meta"]
+    assert meta["device"] == "cpu" and meta["threads"] == 1 and meta["torch"] == torch.__version__
+    assert meta["format_version"] == bench.FORMAT_VERSION and meta["matmul_ceiling"]["flops_per_s"] > 0
+
+
+def test_rows_hold_consistent_measurements(results):
+    for row in results["rows"]:
+        assert row["median_s"] > 0 and row["iqr_s"] >= 0 and row["runs"] >= 1
+        kind = "wrapper" if row["implementation"] == "stacked" else "batched"
+        macs = multiply_adds(kind, 2, 128, 16, 2 if kind == "wrapper" else 16, 8)
+        assert row["multiply_adds"] == (macs.total if row["mode"] == "forward" else macs.forward_backward)
+        assert row["flops_per_s"] == pytest.approx(2 * row["multiply_adds"] / row["median_s"])
+        ceiling = results["meta"]["matmul_ceiling"]["flops_per_s"]
+        assert row["ceiling_fraction"] == pytest.approx(row["flops_per_s"] / ceiling)
+        # Every implementation computed the textbook module's output before it was timed.
+        assert row["max_abs_diff"] < 1e-5
+        assert row["peak_bytes"] >= 0 and row["minor_faults_per_call"] >= 0
+        assert row["peak_method"] in ("VmHWM growth", "ru_maxrss growth")
+
+
+def test_ratios_divide_by_the_reference_of_the_same_mode(results):
+    for mode in bench.MODES:
+        rows = {r["implementation"]: r for r in bench.select(results, "tiny", mode)}
+        assert rows["batched"]["vs_batched"] == 1.0 and rows["raw_sdpa"]["vs_raw_sdpa"] == 1.0
+        for row in rows.values():
+            assert row["vs_batched"] == pytest.approx(row["median_s"] / rows["batched"]["median_s"])
+            assert row["vs_raw_sdpa"] == pytest.approx(row["median_s"] / rows["raw_sdpa"]["median_s"])
+
+
+def test_batched_module_holds_the_score_tensor_and_the_fast_path_does_not(results):
+    """The fresh-process peak shows the score tensor where the code builds it, and only there."""
+    batched = bench.lookup(results, "tiny", "forward", "batched")
+    fast = bench.lookup(results, "tiny", "forward", "fast")
+    assert batched["peak_bytes"] >= 1.5 * SCORE_BYTES  # scores and softmax output live together
+    assert fast["peak_bytes"] < 0.5 * SCORE_BYTES
+
+
+def test_add_ratios_by_hand():
+    rows = [
+        {"config": "a", "mode": "forward", "implementation": "batched", "median_s": 4.0, "peak_bytes": 100},
+        {"config": "a", "mode": "forward", "implementation": "raw_sdpa", "median_s": 2.0, "peak_bytes": 50},
+        {"config": "a", "mode": "forward", "implementation": "fast", "median_s": 1.0, "peak_bytes": 60},
+        {"config": "a", "mode": "forward+backward", "implementation": "fast", "median_s": 3.0},
+        {"config": "a", "mode": "forward", "implementation": "torch_mha", "skipped": "no"},
+    ]
+    bench.add_ratios(rows)
+    assert (rows[2]["vs_batched"], rows[2]["vs_raw_sdpa"], rows[2]["memory_vs_raw_sdpa"]) == (0.25, 0.5, 1.2)
+    assert rows[3]["vs_batched"] is None and rows[3]["vs_raw_sdpa"] is None  # no reference in that mode
+    assert "vs_batched" not in rows[4]
+
+
+def test_textbook_size_skips_torch_module_with_the_reason():
+    impls, skipped = bench.build_implementations(bench.CONFIGS["textbook"], "cpu")
+    assert set(impls) == {"stacked", "batched", "fused_qkv", "fast", "raw_sdpa"}
+    assert skipped["torch_mha"].startswith("torch.nn.MultiheadAttention needs d_in == d_out")
+    x = torch.rand(2, 6, 3)
+    with torch.no_grad():
+        expected = impls["batched"].forward(x)
+        for impl in impls.values():
+            torch.testing.assert_close(impl.forward(x), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_training_step_fills_gradients():
+    impls, _ = bench.build_implementations(TINY, "cpu", ["fast"])
+    step = bench.make_step(impls["fast"], "forward+backward", torch.rand(2, 8, 16))
+    step()
+    assert all(p.grad is not None for p in impls["fast"].modules[0].parameters())
+    with pytest.raises(ValueError, match="mode must be one of"):
+        bench.make_step(impls["fast"], "backward", torch.rand(2, 8, 16))
+
+
+def test_written_files_round_trip(results, tmp_path):
+    paths = bench.write_results(results, tmp_path, label="test")
+    assert [p.name for p in paths] == ["bench-cpu-test.json", "bench-cpu-test.csv", "bench-cpu-test.png"]
+    assert bench.load_results(paths[0]) == json.loads(json.dumps(results))
+    with paths[1].open() as handle:
+        table = list(csv.DictReader(handle))
+    assert len(table) == len(results["rows"]) and table[0]["implementation"] == "stacked"
+    assert float(table[1]["vs_batched"]) == pytest.approx(1.0)
+    assert paths[2].stat().st_size > 1000
+
+
+def test_load_results_rejects_other_formats(tmp_path):
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"meta": {"format_version": 0}, "rows": []}))
+    with pytest.raises(ValueError, match="results format 0; this package reads format 1"):
+        bench.load_results(path)
+
+
+def test_table_and_lookup(results):
+    table = bench.results_table(results, "tiny", "forward", fmt="markdown")
+    assert table.splitlines()[0].startswith("| implementation | median | IQR | x batched | x raw SDPA")
+    assert len(table.splitlines()) == 2 + len(NAMES)
+    text = bench.results_table(results, "tiny", "forward").splitlines()
+    assert text[0].split()[:3] == ["implementation", "median", "IQR"] and text[2].startswith("stacked ")
+    assert len(text) == 2 + len(NAMES)
+    with pytest.raises(ValueError, match="fmt must be 'text' or 'markdown'"):
+        bench.format_table(["a"], [["1"]], fmt="html")
+    assert bench.lookup(results, "tiny", "forward", "fast")["implementation"] == "fast"
+    with pytest.raises(KeyError, match="no measured row for config='tiny', mode='forward', implementation='fused_qkv'"):
+        bench.lookup(results, "tiny", "forward", "fused_qkv")
+
+
+def test_bad_names_are_reported():
+    with pytest.raises(ValueError, match=r"unknown implementations \['fastest'\]: choose from stacked"):
+        bench.run_benchmark([TINY], implementations=["fastest"], progress=False)
+    with pytest.raises(ValueError, match="metric must be 'median_s' or 'peak_bytes'"):
+        bench.plot_results({"configs": [], "rows": [], "implementations": {}, "meta": {}}, metric="flops")
+
+
+def test_quick_command_writes_json_csv_and_plot(tmp_path, capsys):
+    code = cli(["bench", "--quick", "--configs", "textbook", "--no-memory", "--no-progress",
+                "--out", str(tmp_path)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "textbook (the running example" in printed and "wrote " in printed
+    results = bench.load_results(tmp_path / "bench-cpu-quick.json")
+    assert results["meta"]["quick"] is True and results["meta"]["threads"] == 1
+    assert {r["implementation"] for r in results["rows"] if r.get("skipped")} == {"torch_mha", "torch_mha_weights"}
+    assert (tmp_path / "bench-cpu-quick.csv").exists() and (tmp_path / "bench-cpu-quick.png").exists()
+
+
+def test_command_rejects_missing_device(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is present here")
+    assert cli(["bench", "--quick", "--device", "cuda"]) == 2
+    assert "asks for CUDA, but torch sees no CUDA device" in capsys.readouterr().err
+
+
+def test_compare_calls_a_tie_within_the_spread():
+    rows = [{"config": "c", "mode": "forward", "implementation": n, "median_s": m, "iqr_s": q}
+            for n, m, q in (("a", 1.0, 0.2), ("b", 1.15, 0.2), ("c", 2.0, 0.1))]
+    results = {"rows": rows}
+    assert bench.compare(results, "c", "forward", "a", "b") == {"ratio": 1.0 / 1.15, "verdict": "tie"}
+    assert bench.compare(results, "c", "forward", "c", "a") == {"ratio": 2.0, "verdict": "a"}
+    assert bench.format_bytes(3 * 2**20) == "3.0 MiB" and bench.format_bytes(None) == "-"
