@@ -25,8 +25,8 @@ class CausalAttention(nn.Module):
         qkv_bias: whether the query, key and value projections have a bias.
 
     Shapes:
-        input: ``(batch, num_tokens, d_in)``, with ``num_tokens <= context_length``.
-        output: ``(batch, num_tokens, d_out)``.
+        input ``(batch, num_tokens, d_in)`` -> output ``(batch, num_tokens, d_out)``,
+        with ``num_tokens <= context_length``.
 
     Raises:
         ValueError: for a size that is not positive, a ``dropout`` outside ``[0, 1)``, or an input

@@ -99,6 +99,7 @@ class FastMultiHeadAttention(nn.Module):
         return self.out_proj(context)  # (B, T, d_out)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Fused projection, fused attention kernel, merge and output projection: ``(B, T, d_in) -> (B, T, d_out)``."""
         queries, keys, values = self._queries_keys_values(x)  # validates x; each (B, h, T, hd)
         if self.use_sdpa:
             # Dropout only in training: in eval mode the kernel must not drop anything.

@@ -30,9 +30,8 @@ class MultiHeadAttention(nn.Module):
         qkv_bias: whether the query, key and value projections have a bias.
 
     Shapes:
-        input: ``(batch, num_tokens, d_in)``, with ``num_tokens <= context_length``.
-        queries, keys, values: ``(batch, num_heads, num_tokens, head_dim)`` inside ``forward``.
-        output: ``(batch, num_tokens, d_out)``.
+        input ``(batch, num_tokens, d_in)`` -> output ``(batch, num_tokens, d_out)``; inside
+        ``forward``, queries, keys and values are ``(batch, num_heads, num_tokens, head_dim)``.
 
     Attributes:
         head_dim: ``d_out // num_heads``, the width of one head.

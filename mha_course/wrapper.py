@@ -29,8 +29,7 @@ class MultiHeadAttentionWrapper(nn.Module):
         qkv_bias: whether the query, key and value projections have a bias.
 
     Shapes:
-        input: ``(batch, num_tokens, d_in)``, with ``num_tokens <= context_length``.
-        output: ``(batch, num_tokens, num_heads * d_out)``.
+        input ``(batch, num_tokens, d_in)`` -> output ``(batch, num_tokens, num_heads * d_out)``.
 
     Attributes:
         heads: ``nn.ModuleList`` of ``num_heads`` independent :class:`CausalAttention` heads;
