@@ -209,6 +209,15 @@ def _open_solutions(page) -> list[Solution]:
     return solutions
 
 
+# After a resize: let the layout and style update run (two frames), then wait for the transitions
+# they start (the theme slides its sidebars away) to end.
+SETTLE_AFTER_RESIZE = """async () => {
+  await new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve)));
+  await Promise.all(document.getAnimations().map((animation) => animation.finished.catch(() => null)));
+  window.scrollTo(0, 0);
+}"""
+
+
 def _screenshot_path(kind: str, docname: str) -> Path:
     return SCREENSHOTS / kind / f"{docname.replace('/', '_')}.png"
 
@@ -235,11 +244,10 @@ def _visit(browser, docname: str) -> Visit:
         desktop.parent.mkdir(parents=True, exist_ok=True)
         phone.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=desktop, full_page=True)
-        # A fresh load at phone width, as a phone opens it (resizing a loaded page catches the
-        # theme's sidebars mid-transition).
-        page = _new_page(context, recorder, PHONE)
-        open_page(page, page_file(docname).as_uri())
-        _open_solutions(page)
+        # The same page narrowed to a phone's width (the same pixels as loading it on a phone,
+        # once the theme's sidebars have finished their transitions, and a second faster).
+        page.set_viewport_size(PHONE)
+        page.evaluate(SETTLE_AFTER_RESIZE)
         overflow = page.evaluate("() => document.scrollingElement.scrollWidth - window.innerWidth")
         page.screenshot(path=phone, full_page=True)
         _screenshots_taken.extend([desktop, phone])

@@ -10,10 +10,11 @@ MathJax's menu and accessibility tools are tried on a page with equations.
 from __future__ import annotations
 
 import re
+from html.parser import HTMLParser
 
 import pytest
 
-from book_pages import DOCNAMES, PHONE, accepted_targets, markdown_of, open_page, page_file
+from book_pages import DOCNAMES, HTML, PHONE, accepted_targets, markdown_of, open_page, page_file
 
 pytestmark = pytest.mark.browser
 
@@ -118,35 +119,54 @@ def test_search_finds_every_chapter(visit, offline_page):
     _fail_if(recorder.problems, "while searching:")
 
 
-def test_next_and_previous_walk_the_table_of_contents(offline_page):
-    """Clicking 'next' from the first page visits every page in order; 'previous' leads back."""
+class _PrevNextLinks(HTMLParser):
+    """The 'previous' and 'next' links in a built page's footer."""
+
+    def __init__(self):
+        super().__init__()
+        self.links: dict[str, str] = {}
+
+    def handle_starttag(self, tag, attrs):
+        attributes = dict(attrs)
+        for kind in ("left-prev", "right-next"):
+            if tag == "a" and kind in (attributes.get("class") or "").split():
+                self.links[kind] = attributes.get("href", "")
+
+
+def _neighbours(docname: str) -> dict[str, str]:
+    """``{"left-prev": docname, "right-next": docname}`` as the page's footer links them."""
+    parser = _PrevNextLinks()
+    parser.feed(page_file(docname).read_text(encoding="utf-8"))
+    folder = page_file(docname).parent
+    return {
+        kind: (folder / href.split("#")[0]).resolve().relative_to(HTML).as_posix().removesuffix(".html")
+        for kind, href in parser.links.items()
+    }
+
+
+def test_next_and_previous_follow_the_table_of_contents(offline_page):
+    """Every page links to its neighbours in table-of-contents order, and clicking the links works."""
+    expected = {
+        name: {kind: other for kind, other in (("left-prev", before), ("right-next", after)) if other}
+        for name, before, after in zip(DOCNAMES, [None, *DOCNAMES[:-1]], [*DOCNAMES[1:], None])
+    }
+    wrong = [
+        f"{name}: links {_neighbours(name)}, expected {expected[name]}"
+        for name in DOCNAMES
+        if _neighbours(name) != expected[name]
+    ]
+    _fail_if(wrong, "'previous' and 'next' do not follow _toc.yml:")
+
     page, recorder = offline_page
-    open_page(page, page_file(DOCNAMES[0]).as_uri())
 
-    def docname_of(url: str) -> str:
-        return re.sub(r"^.*?/_build/html/|\.html(#.*)?$", "", url)
+    def click(kind: str, start: str, arrive: str) -> None:
+        open_page(page, page_file(start).as_uri())
+        with page.expect_navigation():
+            page.locator(f".prev-next-area a.{kind}").first.click()
+        assert page.url.endswith(f"/{arrive}.html"), f"'{kind}' on {start} went to {page.url}"
 
-    def link(kind: str):
-        # The footer is parsed before the page's deferred scripts (MathJax) run: no need to wait.
-        page.locator(".prev-next-area").wait_for(state="attached")
-        return page.locator(f".prev-next-area a.{kind}")
-
-    def follow(kind: str) -> None:
-        with page.expect_navigation(wait_until="commit"):
-            link(kind).first.click(no_wait_after=True)
-
-    visited, previous_links = [docname_of(page.url)], []
-    while link("right-next").count():
-        follow("right-next")
-        visited.append(docname_of(page.url))
-        previous = link("left-prev")
-        previous_links.append(docname_of(previous.first.evaluate("a => a.href")) if previous.count() else None)
-        assert len(visited) <= len(DOCNAMES), f"'next' runs past the end of the book: {visited}"
-    assert visited == DOCNAMES, "following 'next' from the first page"
-    assert previous_links == DOCNAMES[:-1], "'previous' on each page after the first"
-    follow("left-prev")
-    assert docname_of(page.url) == DOCNAMES[-2], "clicking 'previous' on the last page"
-    page.wait_for_load_state("load")
+    click("right-next", DOCNAMES[0], DOCNAMES[1])
+    click("left-prev", DOCNAMES[-1], DOCNAMES[-2])
     _fail_if(recorder.problems, "while following next and previous:")
 
 
