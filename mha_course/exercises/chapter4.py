@@ -40,11 +40,6 @@ def expected_share(key: str) -> float:
     return (macs.scores + macs.weighted_sum) / macs.total
 
 
-def _probe_share(attention_share, rec: Recorder) -> None:
-    for key, args in SHARE_CASES.items():
-        rec.call(key, attention_share, *args)
-
-
 def _number(summary: dict) -> float | None:
     if summary.get("kind") in ("int", "float"):
         return float(summary["value"])
@@ -57,32 +52,54 @@ def _close(got: float | None, expected: float) -> bool:
     return got is not None and abs(got - expected) <= 1e-6 * max(1.0, abs(expected))
 
 
-def _share_call(key: str) -> str:
-    return "attention_share({}, {}, {})".format(*SHARE_CASES[key])
+class _NumberAnswer:
+    """Probe and checks for an exercise whose answer is a function returning one number.
+
+    Args:
+        name: the answer's function name, as the learner writes it.
+        cases: label -> positional arguments of each call the answer is asked about.
+        expected: label -> the right number, from the package's formulas.
+        variant: (*arguments, **mistake) -> the number that mistake gives.
+        kind: what a right answer looks like, for the "returns a number" check.
+        show: formats a number for the failure message.
+    """
+
+    def __init__(self, name, cases, expected, variant, kind, show):
+        self.name, self.cases, self.expected, self.variant = name, cases, expected, variant
+        self.kind, self.show = kind, show
+
+    def probe(self, answer, rec: Recorder) -> None:
+        for key, args in self.cases.items():
+            rec.call(key, answer, *args)
+
+    def call(self, key: str) -> str:
+        return f"{self.name}({', '.join(map(str, self.cases[key]))})"
+
+    def number(self, record, key: str) -> float:
+        summary = value_of(record, key, self.call(key))
+        got = _number(summary)
+        if got is None:
+            raise Failed(self.kind, describe(summary))
+        return got
+
+    def value(self, key: str):
+        def run(record):
+            got, expected = self.number(record, key), self.expected(key)
+            if not _close(got, expected):
+                raise Failed(f"{self.show(expected)} for {self.call(key)}", self.show(got))
+        return run
+
+    def like(self, **how):
+        """Detects the mistake ``how`` (keyword arguments of ``variant``) on every case."""
+        def detect(record):
+            return all(_close(_number(record[key]) if record[key].get("kind") != "error" else None,
+                              self.variant(*args, **how))
+                       for key, args in self.cases.items())
+        return detect
 
 
-def _share_number(record, key: str) -> float:
-    summary = value_of(record, key, _share_call(key))
-    got = _number(summary)
-    if got is None:
-        raise Failed("a number (a float between 0 and 1)", describe(summary))
-    return got
-
-
-def _share_value(key: str):
-    def run(record):
-        got, expected = _share_number(record, key), expected_share(key)
-        if not _close(got, expected):
-            raise Failed(f"{expected:.6f} for {_share_call(key)}", f"{got:.6f}")
-    return run
-
-
-def _share_like(**how):
-    def detect(record):
-        return all(_close(_number(record[key]) if record[key].get("kind") != "error" else None,
-                          share_variant(*SHARE_CASES[key], **how))
-                   for key in SHARE_CASES)
-    return detect
+_SHARE = _NumberAnswer("attention_share", SHARE_CASES, expected_share, share_variant,
+                       "a number (a float between 0 and 1)", lambda v: f"{v:.6f}")
 
 
 SHARE = Exercise(
@@ -90,33 +107,33 @@ SHARE = Exercise(
     title="attention's share of the multiply-adds",
     answer_name="attention_share",
     signature="attention_share(num_tokens, d_in, d_out)",
-    probe=_probe_share,
+    probe=_SHARE.probe,
     checks=(
-        Check("returns a number", lambda r: _share_number(r, "GPT-2 small's 1024 tokens")),
-        Check("GPT-2 small's 1024 tokens", _share_value("GPT-2 small's 1024 tokens")),
-        Check("one half at T* = 1536 tokens (width 768)", _share_value("T* = 1536 tokens at width 768")),
+        Check("returns a number", lambda r: _SHARE.number(r, "GPT-2 small's 1024 tokens")),
+        Check("GPT-2 small's 1024 tokens", _SHARE.value("GPT-2 small's 1024 tokens")),
+        Check("one half at T* = 1536 tokens (width 768)", _SHARE.value("T* = 1536 tokens at width 768")),
         Check("the running example (6 tokens, d_in 3, d_out 4)",
-              _share_value("the running example (6 tokens, d_in 3, d_out 4)")),
-        Check("256 tokens, d_in 128, d_out 512", _share_value("256 tokens, d_in 128, d_out 512")),
+              _SHARE.value("the running example (6 tokens, d_in 3, d_out 4)")),
+        Check("256 tokens, d_in 128, d_out 512", _SHARE.value("256 tokens, d_in 128, d_out 512")),
     ),
     mistakes=(
         Mistake("one-attention-product",
                 "You counted one attention product. There are two of the same size, each "
                 "T x T x d_out per sequence: the scores Q K^T, and the weighted sum of the values.",
-                _share_like(attention_products=1)),
+                _SHARE.like(attention_products=1)),
         Mistake("no-out-proj",
                 "You left out the output projection, T x d_out x d_out multiply-adds per sequence: "
                 "it is part of the batched module's forward pass, so it belongs in the total.",
-                _share_like(out_proj=False)),
+                _SHARE.like(out_proj=False)),
         Mistake("ratio-not-share",
                 "You divided the attention products by the other products. The share is a fraction "
                 "of the whole: attention / (attention + projections).",
-                _share_like(of_total=False)),
+                _SHARE.like(of_total=False)),
         Mistake("widths-swapped",
                 "Right when d_in == d_out, wrong otherwise: d_in and d_out are swapped. The "
                 "projections cost T x d_in x d_out each, the attention products T x T x d_out, and the "
                 "output projection T x d_out x d_out.",
-                _share_like(widths_swapped=True)),
+                _SHARE.like(widths_swapped=True)),
     ),
 )
 
@@ -144,37 +161,8 @@ def expected_peak(key: str) -> int:
     return 2 * score_memory_bytes(batch, num_heads, num_tokens) + 3 * 4 * batch * num_tokens * d_out
 
 
-def _probe_peak(predicted_forward_peak, rec: Recorder) -> None:
-    for key, args in PEAK_CASES.items():
-        rec.call(key, predicted_forward_peak, *args)
-
-
-def _peak_call(key: str) -> str:
-    return "predicted_forward_peak({}, {}, {}, {})".format(*PEAK_CASES[key])
-
-
-def _peak_number(record, key: str) -> float:
-    summary = value_of(record, key, _peak_call(key))
-    got = _number(summary)
-    if got is None:
-        raise Failed("a number of bytes", describe(summary))
-    return got
-
-
-def _peak_value(key: str):
-    def run(record):
-        got, expected = _peak_number(record, key), expected_peak(key)
-        if not _close(got, expected):
-            raise Failed(f"{expected:,} bytes for {_peak_call(key)}", f"{got:,.0f}")
-    return run
-
-
-def _peak_like(**how):
-    def detect(record):
-        return all(_close(_number(record[key]) if record[key].get("kind") != "error" else None,
-                          peak_variant(*PEAK_CASES[key], **how))
-                   for key in PEAK_CASES)
-    return detect
+_PEAK = _NumberAnswer("predicted_forward_peak", PEAK_CASES, expected_peak, peak_variant,
+                      "a number of bytes", lambda v: f"{v:,.0f} bytes")
 
 
 _GPT2 = "GPT-2 small (8 x 1024 tokens, 12 heads, width 768)"
@@ -184,32 +172,32 @@ PEAK = Exercise(
     title="predict the peak memory of a forward pass",
     answer_name="predicted_forward_peak",
     signature="predicted_forward_peak(batch, num_heads, num_tokens, d_out)",
-    probe=_probe_peak,
+    probe=_PEAK.probe,
     checks=(
-        Check("returns a number", lambda r: _peak_number(r, _GPT2)),
-        Check(_GPT2, _peak_value(_GPT2)),
-        Check("16 small heads (8 x 256 tokens, width 256)", _peak_value("16 small heads (8 x 256 tokens, width 256)")),
-        Check("an odd size (3 x 7 tokens, 5 heads, width 20)", _peak_value("an odd size (3 x 7 tokens, 5 heads, width 20)")),
+        Check("returns a number", lambda r: _PEAK.number(r, _GPT2)),
+        Check(_GPT2, _PEAK.value(_GPT2)),
+        Check("16 small heads (8 x 256 tokens, width 256)", _PEAK.value("16 small heads (8 x 256 tokens, width 256)")),
+        Check("an odd size (3 x 7 tokens, 5 heads, width 20)", _PEAK.value("an odd size (3 x 7 tokens, 5 heads, width 20)")),
     ),
     mistakes=(
         Mistake("one-score-tensor",
                 "You counted one (batch, heads, tokens, tokens) tensor. torch.softmax writes its output "
                 "into a new tensor while the scores are still alive, so two of them exist at the peak.",
-                _peak_like(score_tensors=1)),
+                _PEAK.like(score_tensors=1)),
         Mistake("no-activations",
                 "You left out the queries, keys and values: three (batch, tokens, d_out) tensors that are "
                 "alive while the scores are computed.",
-                _peak_like(activations=0)),
+                _PEAK.like(activations=0)),
         Mistake("numbers-not-bytes",
                 "That is a count of numbers. Each float32 number takes 4 bytes.",
-                _peak_like(bytes_per_number=1)),
+                _PEAK.like(bytes_per_number=1)),
         Mistake("heads-ignored",
                 "Every head has its own tokens x tokens score matrix: the score tensors are "
                 "(batch, num_heads, tokens, tokens), num_heads times one head's.",
-                _peak_like(heads=False)),
+                _PEAK.like(heads=False)),
         Mistake("float64",
                 "float32 numbers take 4 bytes each, not 8.",
-                _peak_like(bytes_per_number=8)),
+                _PEAK.like(bytes_per_number=8)),
     ),
 )
 
