@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mha_course import CausalAttention, MultiHeadAttention, MultiHeadAttentionWrapper
+from mha_course import CausalAttention, FastMultiHeadAttention, MultiHeadAttention, MultiHeadAttentionWrapper
 
 # tests/notebooks/ holds the grader's test inputs (some raise, hang or tamper on purpose): they are
 # read by tests/test_grader.py, never collected by nbval as chapters.
@@ -30,10 +30,16 @@ def build(kind: str, d_in: int = 3, head_dim: int = 2, num_heads: int = 2, conte
         return MultiHeadAttentionWrapper(d_in, head_dim, context_length, dropout, num_heads, qkv_bias)
     if kind == "batched":
         return MultiHeadAttention(d_in, num_heads * head_dim, context_length, dropout, num_heads, qkv_bias)
+    if kind in ("fast", "fast-explicit"):
+        fast = FastMultiHeadAttention(d_in, num_heads * head_dim, context_length, dropout, num_heads, qkv_bias)
+        fast.use_sdpa = kind == "fast"  # "fast-explicit" takes the step-by-step path of the same module
+        return fast
     raise ValueError(kind)
 
 
 KINDS = ["causal", "wrapper", "batched"]
+# Every module that must be causal, the fast path (both of its code paths) included.
+CAUSAL_KINDS = KINDS + ["fast", "fast-explicit"]
 
 
 @pytest.fixture(autouse=True)
