@@ -61,13 +61,14 @@ def problems_in(notebook: dict) -> list[str]:
     []
     >>> for problem in problems_in({"cells": [code("x = 1", None), code("print(x)", None)]}):
     ...     print(problem)
-    cell 1 (`x = 1`) has no execution count: it never ran
-    cell 2 (`print(x)`) has no execution count: it never ran
+    cell 1 (`x = 1`) and 1 later code cell have no execution count: they never ran
     >>> for problem in problems_in({"cells": [code("x = 1", 2), code("print(x)", 1)]}):
     ...     print(problem)
     cell 1 (`x = 1`) has execution count 2 where a run from the top gives 1: cells ran out of order, or twice
     """
     problems = []
+    never_ran: list[str] = []  # reported once, in the place of the first such cell, with how many follow
+    first_missing = 0
     expected_count = 1
     counts_in_order = True
     for index, cell in enumerate(notebook.get("cells", [])):
@@ -87,7 +88,10 @@ def problems_in(notebook: dict) -> list[str]:
             continue  # the executor does not run these
         count = cell.get("execution_count")
         if count is None:
-            problems.append(f"{_where(index, cell)} has no execution count: it never ran")
+            if not never_ran:
+                first_missing = len(problems)
+                problems.append("")  # written below, once the cells that never ran are counted
+            never_ran.append(_where(index, cell))
         elif counts_in_order and count != expected_count:
             problems.append(
                 f"{_where(index, cell)} has execution count {count} where a run from the top gives "
@@ -95,6 +99,14 @@ def problems_in(notebook: dict) -> list[str]:
             )
             counts_in_order = False  # one such report is enough: the later counts are off by the same cause
         expected_count += 1
+    if len(never_ran) == 1:
+        problems[first_missing] = f"{never_ran[0]} has no execution count: it never ran"
+    elif never_ran:
+        later = len(never_ran) - 1
+        problems[first_missing] = (
+            f"{never_ran[0]} and {later} later code cell{'s' if later > 1 else ''} have no execution count: "
+            "they never ran"
+        )
     return problems
 
 

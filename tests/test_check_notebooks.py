@@ -54,9 +54,10 @@ def test_a_notebook_saved_without_outputs_is_refused():
         cell.execution_count = None
         cell.outputs = []
     problems = check_notebooks.problems_in(notebook)
-    assert problems == [
-        "cell 2 (`x = 1`) has no execution count: it never ran",
-        "cell 3 (`print(x)`) has no execution count: it never ran",
+    assert problems == ["cell 2 (`x = 1`) and 1 later code cell have no execution count: they never ran"]
+    notebook.cells.append(new_code_cell("y = 2"))
+    assert check_notebooks.problems_in(notebook) == [
+        "cell 2 (`x = 1`) and 2 later code cells have no execution count: they never ran"
     ]
 
 
