@@ -1,0 +1,565 @@
+"""The hosted CI workflows (.github/workflows/) and the pre-commit hooks agree with the README and Makefile.
+
+A fork's CI is only worth having if it runs what the README tells a reader to run. These tests read the
+workflow files and check that:
+
+- each is YAML with the keys GitHub requires (``on``, ``jobs``, each job's ``runs-on`` and ``steps``,
+  each step one ``uses`` or one ``run``);
+- every ``run`` step is a README command (``make test``, ``make test-package``, ``make book``,
+  ``make book-student``), except on Windows, which has no dependable ``make``: there the steps must be
+  the Makefile's own recipe lines, with the virtual environment's Windows path;
+- every job pins the Python version the README states (and ``pyproject.toml`` requires), and caches
+  pip's downloads keyed on ``requirements.txt``;
+- the publishing job deploys ``_build/html`` with the permissions and environment GitHub Pages needs.
+
+Each check returns a list of problems, so the last tests can show that a drifted copy of a workflow is
+caught. Nothing here runs GitHub: whether the hosted runners accept the files is only known there.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+WORKFLOWS = REPO / ".github" / "workflows"
+README = (REPO / "README.md").read_text(encoding="utf-8")
+MAKEFILE = (REPO / "Makefile").read_text(encoding="utf-8")
+
+TOP_LEVEL_KEYS = {"name", "run-name", "on", "permissions", "env", "defaults", "concurrency", "jobs"}
+JOB_KEYS = {
+    "name", "needs", "permissions", "if", "runs-on", "environment", "concurrency", "outputs", "env",
+    "defaults", "steps", "timeout-minutes", "strategy", "continue-on-error", "container", "services",
+    "uses", "with", "secrets",
+}
+STEP_KEYS = {
+    "id", "if", "name", "uses", "run", "shell", "with", "env", "continue-on-error", "timeout-minutes",
+    "working-directory",
+}
+EVENTS = {
+    "push", "pull_request", "pull_request_target", "workflow_dispatch", "schedule", "release",
+    "workflow_call", "workflow_run", "merge_group",
+}
+ACTION = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(/[A-Za-z0-9_./-]+)?@[A-Za-z0-9_.-]+$")
+# A Windows job runs the Makefile's recipes with the virtual environment's programs in Scripts\.
+WINDOWS_VARIABLES = {"PYTHON": "python", "BIN": ".venv/Scripts"}
+
+
+# --------------------------------------------------------------------------------------------
+# Reading the files
+# --------------------------------------------------------------------------------------------
+
+def load_workflows() -> dict[str, dict]:
+    """Every workflow file, parsed, by file name; YAML reads the key ``on`` as True, put back as "on"."""
+    workflows = {}
+    for path in sorted([*WORKFLOWS.glob("*.yml"), *WORKFLOWS.glob("*.yaml")]):
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and True in data:
+            data["on"] = data.pop(True)
+        workflows[path.name] = data
+    return workflows
+
+
+def readme_python() -> str:
+    """The Python version the README asks for ("Python 3.11 or newer" gives "3.11")."""
+    found = re.findall(r"Python (\d+\.\d+) or newer", README)
+    assert len(set(found)) == 1, f"the README should state one minimum Python version, found {found}"
+    return found[0]
+
+
+def read_makefile(text: str, overrides: dict[str, str] | None = None) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """The Makefile's variables and each target's recipe lines, expanded; silent ``@`` lines are left out.
+
+    >>> variables, rules = read_makefile(
+    ...     "BIN := v/bin\\nX ?= $(BIN)/x\\n$(X): a\\n\\t@echo hi\\n\\t$(BIN)/python -c 1 \\\\\\n\\t  -q\\n")
+    >>> variables["X"], rules
+    ('v/bin/x', {'v/bin/x': ['v/bin/python -c 1 -q']})
+    """
+    text = re.sub(r"\\\n\s*", "", text)  # join continued lines
+    variables: dict[str, str] = {}
+    raw_rules: dict[str, list[str]] = {}
+    target = None
+    for line in text.splitlines():
+        if line.startswith("\t"):
+            if target is not None and not line.strip().startswith("@"):
+                raw_rules[target].append(line.strip())
+            continue
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        assignment = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)\s*(?::=|\?=|=)\s*(.*)$", line)
+        rule = re.match(r"^([^\s:=#][^:=#]*?)\s*:(?!=)", line)
+        if assignment:
+            variables[assignment.group(1)] = assignment.group(2).strip()
+            target = None
+        elif rule:
+            target = rule.group(1).strip()
+            raw_rules.setdefault(target, [])
+        else:
+            target = None
+    variables.update(overrides or {})
+
+    def expand(value: str) -> str:
+        for _ in range(10):
+            value = re.sub(r"\$\((\w+)\)", lambda m: variables.get(m.group(1), m.group(0)), value)
+        return value
+
+    rules = {
+        expand(name): [expand(line) for line in lines]
+        for name, lines in raw_rules.items()
+        if not name.startswith(".")
+    }
+    return {name: expand(value) for name, value in variables.items()}, rules
+
+
+VARIABLES, RULES = read_makefile(MAKEFILE)
+
+
+def windows_recipe(makefile: str) -> list[str]:
+    """What a Windows job runs instead of ``make test-package``: the set-up and the target's recipe."""
+    variables, rules = read_makefile(makefile, WINDOWS_VARIABLES)
+    return [line for target in (variables["STAMP"], "test-package") for line in rules[target]]
+
+
+def jobs_of(workflow: dict) -> dict[str, dict]:
+    jobs = workflow.get("jobs") if isinstance(workflow, dict) else None
+    return jobs if isinstance(jobs, dict) else {}
+
+
+def steps_of(job: dict) -> list[dict]:
+    steps = job.get("steps") if isinstance(job, dict) else None
+    return [step for step in steps if isinstance(step, dict)] if isinstance(steps, list) else []
+
+
+def run_lines(job: dict) -> list[str]:
+    """The commands of a job's ``run`` steps, one per line, in order."""
+    return [
+        line.strip()
+        for step in steps_of(job)
+        if "run" in step
+        for line in str(step["run"]).splitlines()
+        if line.strip()
+    ]
+
+
+def runner(job: dict) -> str:
+    labels = job.get("runs-on", "")
+    return " ".join(labels) if isinstance(labels, list) else str(labels)
+
+
+def uses(step: dict, action: str) -> bool:
+    return str(step.get("uses", "")).split("@")[0] == action
+
+
+# --------------------------------------------------------------------------------------------
+# The checks: each returns the problems it finds
+# --------------------------------------------------------------------------------------------
+
+def structure_problems(name: str, workflow) -> list[str]:
+    """What keeps GitHub from accepting the workflow: missing keys, unknown keys, malformed steps."""
+    if not isinstance(workflow, dict):
+        return [f"{name}: not a YAML mapping"]
+    problems = [f"{name}: unknown top-level key {key!r}" for key in workflow if key not in TOP_LEVEL_KEYS]
+    events = workflow.get("on")
+    if not events:
+        problems.append(f"{name}: no `on` (the events that start it)")
+    else:
+        names = [events] if isinstance(events, str) else list(events)
+        problems += [f"{name}: unknown event {event!r} under `on`" for event in names if event not in EVENTS]
+    jobs = workflow.get("jobs")
+    if not isinstance(jobs, dict) or not jobs:
+        return problems + [f"{name}: no `jobs`"]
+    for job_id, job in jobs.items():
+        where = f"{name}: job {job_id!r}"
+        if not isinstance(job, dict):
+            problems.append(f"{where} is not a mapping")
+            continue
+        problems += [f"{where}: unknown key {key!r}" for key in job if key not in JOB_KEYS]
+        if not job.get("runs-on"):
+            problems.append(f"{where} has no `runs-on`")
+        steps = job.get("steps")
+        if not isinstance(steps, list) or not steps:
+            problems.append(f"{where} has no `steps`")
+            continue
+        needs = job.get("needs", [])
+        for needed in [needs] if isinstance(needs, str) else needs:
+            if needed not in jobs:
+                problems.append(f"{where} needs {needed!r}, which is not a job of this workflow")
+        for number, step in enumerate(steps, start=1):
+            step_where = f"{where}, step {number}"
+            if not isinstance(step, dict):
+                problems.append(f"{step_where} is not a mapping")
+                continue
+            problems += [f"{step_where}: unknown key {key!r}" for key in step if key not in STEP_KEYS]
+            if ("uses" in step) == ("run" in step):
+                problems.append(f"{step_where} needs exactly one of `uses` and `run`")
+            elif "uses" in step and not ACTION.match(str(step["uses"])):
+                problems.append(f"{step_where}: `uses: {step['uses']}` is not owner/repository@version")
+            if "with" in step and not isinstance(step["with"], dict):
+                problems.append(f"{step_where}: `with` is not a mapping")
+    return problems
+
+
+def python_problems(name: str, workflow: dict, version: str) -> list[str]:
+    """Every job that runs commands pins ``version``, and caches pip's downloads keyed on requirements.txt."""
+    problems = []
+    for job_id, job in jobs_of(workflow).items():
+        if not run_lines(job):
+            continue
+        where = f"{name}: job {job_id!r}"
+        container = job.get("container")
+        image = str(container.get("image", "") if isinstance(container, dict) else container or "")
+        image_version = re.match(r"^python:(\d+\.\d+)(?:[.-]|$)", image)
+        setups = [step for step in steps_of(job) if uses(step, "actions/setup-python")]
+        if image_version and not setups:
+            if image_version.group(1) != version:
+                problems.append(f"{where} runs in {image}, not Python {version} as the README states")
+            caches = [step for step in steps_of(job) if uses(step, "actions/cache")]
+            if not any("hashFiles('requirements.txt')" in str(step.get("with", {}).get("key")) for step in caches):
+                problems.append(f"{where} does not cache pip's downloads keyed on requirements.txt")
+        elif len(setups) == 1:
+            settings = setups[0].get("with") or {}
+            pinned = settings.get("python-version")
+            if not isinstance(pinned, str) or pinned != version:
+                problems.append(
+                    f"{where} sets up Python {pinned!r}, not {version!r} as the README states "
+                    "(quote it: YAML reads 3.10 as 3.1)"
+                )
+            if settings.get("cache") != "pip" or settings.get("cache-dependency-path") != "requirements.txt":
+                problems.append(f"{where} does not cache pip's downloads keyed on requirements.txt")
+        else:
+            problems.append(f"{where} pins no Python (one actions/setup-python step, or a python:X.Y container)")
+    return problems
+
+
+def command_problems(workflows: dict[str, dict], makefile: str, readme: str) -> list[str]:
+    """Every ``run`` step is a README command, or on Windows the Makefile's recipe; the commands CI needs are there."""
+    problems = []
+    _, rules = read_makefile(makefile)
+    windows = windows_recipe(makefile)
+    ran: dict[str, set[str]] = {}  # command -> the runners of the jobs that run it
+    for name, workflow in workflows.items():
+        for job_id, job in jobs_of(workflow).items():
+            where = f"{name}: job {job_id!r}"
+            lines = run_lines(job)
+            if "windows" in runner(job) and not all(re.fullmatch(r"make [\w-]+", line) for line in lines):
+                if lines == windows:
+                    ran.setdefault("make test-package", set()).add(runner(job))
+                else:
+                    problems.append(
+                        f"{where} runs {lines}, not the Makefile's set-up and `test-package` recipe with the "
+                        f"Windows path: {windows}"
+                    )
+                continue
+            for line in lines:
+                target = line.removeprefix("make ")
+                if not re.fullmatch(r"make [\w-]+", line):
+                    problems.append(f"{where} runs `{line}`: a workflow step is a README command (`make ...`)")
+                elif target not in rules:
+                    problems.append(f"{where} runs `{line}`, but the Makefile has no target {target!r}")
+                elif not re.search(rf"{re.escape(line)}(?![\w-])", readme):
+                    problems.append(f"{where} runs `{line}`, which the README does not mention")
+                else:
+                    ran.setdefault(line, set()).add(runner(job))
+    for command, platform in [
+        ("make test", "ubuntu"), ("make test-package", "macos"), ("make test-package", "windows"),
+        ("make book", "ubuntu"), ("make book-student", "ubuntu"),
+    ]:
+        if not any(platform in labels for labels in ran.get(command, ())):
+            problems.append(f"no workflow runs `{command}` on {platform}")
+    return problems
+
+
+def pages_problems(workflows: dict[str, dict]) -> list[str]:
+    """One workflow builds the book and hands ``_build/html`` to Pages; a job deploys it as Pages requires."""
+    problems = []
+    for name, workflow in workflows.items():
+        jobs = jobs_of(workflow)
+        uploads = {
+            job_id: step
+            for job_id, job in jobs.items()
+            for step in steps_of(job)
+            if uses(step, "actions/upload-pages-artifact")
+        }
+        if not uploads:
+            continue
+        for job_id, step in uploads.items():
+            if (step.get("with") or {}).get("path") != "_build/html":
+                problems.append(f"{name}: job {job_id!r} hands Pages something other than _build/html")
+            lines = run_lines(jobs[job_id])
+            if "make book" not in lines:
+                problems.append(f"{name}: job {job_id!r} publishes without running `make book`")
+            student = [
+                s for s in steps_of(jobs[job_id])
+                if uses(s, "actions/upload-artifact") and (s.get("with") or {}).get("path")
+            ]
+            student_html = "_build/student-book/_build/html"
+            if student_html not in MAKEFILE:
+                problems.append(f"the Makefile no longer says `make book-student` writes {student_html}")
+            if "make book-student" not in lines or not any(s["with"]["path"] == student_html for s in student):
+                problems.append(f"{name}: job {job_id!r} does not keep {student_html} from `make book-student`")
+        deploys = [
+            (job_id, job) for job_id, job in jobs.items() if any(uses(s, "actions/deploy-pages") for s in steps_of(job))
+        ]
+        if not deploys:
+            problems.append(f"{name}: uploads a Pages artifact but no job deploys it (actions/deploy-pages)")
+        for job_id, job in deploys:
+            where = f"{name}: job {job_id!r}"
+            permissions = job.get("permissions") or workflow.get("permissions") or {}
+            for scope in ("pages", "id-token"):
+                if not isinstance(permissions, dict) or permissions.get(scope) != "write":
+                    problems.append(f"{where} deploys to Pages without `permissions: {scope}: write`")
+            environment = job.get("environment")
+            environment_name = environment.get("name") if isinstance(environment, dict) else environment
+            if environment_name != "github-pages":
+                problems.append(f"{where} deploys outside the `github-pages` environment")
+            needs = job.get("needs", [])
+            if not set(uploads) <= set([needs] if isinstance(needs, str) else needs) | {job_id}:
+                problems.append(f"{where} does not wait for the job that uploads the book (`needs`)")
+    if not any(
+        uses(step, "actions/upload-pages-artifact")
+        for workflow in workflows.values()
+        for job in jobs_of(workflow).values()
+        for step in steps_of(job)
+    ):
+        problems.append("no workflow publishes the book on GitHub Pages")
+    return problems
+
+
+def all_problems(workflows: dict[str, dict], makefile: str = MAKEFILE, readme: str = README) -> list[str]:
+    version = readme_python() if readme is README else re.search(r"Python (\d+\.\d+) or newer", readme).group(1)
+    problems = []
+    for name, workflow in workflows.items():
+        problems += structure_problems(name, workflow)
+        problems += python_problems(name, workflow, version)
+    return problems + command_problems(workflows, makefile, readme) + pages_problems(workflows)
+
+
+WORKFLOW_FILES = load_workflows()
+
+
+# --------------------------------------------------------------------------------------------
+# The workflows as committed
+# --------------------------------------------------------------------------------------------
+
+def test_the_test_and_publish_workflows_are_there():
+    assert {"test.yml", "publish.yml"} <= set(WORKFLOW_FILES)
+
+
+@pytest.mark.parametrize("name", sorted(WORKFLOW_FILES))
+def test_each_workflow_has_the_keys_github_requires(name):
+    assert structure_problems(name, WORKFLOW_FILES[name]) == []
+
+
+def test_every_job_pins_the_python_the_readme_states_and_caches_pip():
+    version = readme_python()
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    assert f'requires-python = ">={version}"' in pyproject, "pyproject.toml and the README disagree on Python"
+    assert [p for name, wf in WORKFLOW_FILES.items() for p in python_problems(name, wf, version)] == []
+
+
+def test_every_step_is_a_readme_command_or_the_makefiles_recipe():
+    assert command_problems(WORKFLOW_FILES, MAKEFILE, README) == []
+
+
+def test_the_windows_steps_are_the_makefiles_recipe_line_for_line():
+    assert windows_recipe(MAKEFILE) == [
+        "python -m venv .venv",
+        ".venv/Scripts/python -m pip install --quiet --disable-pip-version-check -r requirements.txt",
+        ".venv/Scripts/python -m pip install --quiet --disable-pip-version-check --no-deps -e .",
+        ".venv/Scripts/python -m pytest mha_course tests --ignore=tests/browser --ignore-glob='*.ipynb'",
+    ]
+
+
+def test_the_browser_tests_cannot_skip_in_ci():
+    workflow = WORKFLOW_FILES["test.yml"]
+    [job] = [job for job in jobs_of(workflow).values() if "make test" in run_lines(job)]
+    [step] = [step for step in steps_of(job) if step.get("run") == "make test"]
+    env = {**(workflow.get("env") or {}), **(job.get("env") or {}), **(step.get("env") or {})}
+    assert env.get("MHA_COURSE_REQUIRE_BROWSER") == "1"
+
+
+def test_the_book_is_published_on_github_pages_with_the_student_book_beside_it():
+    assert pages_problems(WORKFLOW_FILES) == []
+
+
+def test_the_readme_badges_name_workflows_that_exist():
+    badges = re.findall(r"actions/workflows/([\w.-]+)/badge\.svg", README)
+    assert sorted(set(badges)) == sorted(WORKFLOW_FILES)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed here")
+def test_the_makefile_reader_agrees_with_make():
+    """The checks above stand on this reader: its view of ``make test-package`` is what make runs."""
+    make = subprocess.run(["make", "-n", "-B", "test-package"], cwd=REPO, capture_output=True, text=True, check=False)
+    printed = [line for line in make.stdout.splitlines() if not line.startswith(("echo ", "touch "))]
+    assert make.returncode == 0 and printed == [*RULES[VARIABLES["STAMP"]], *RULES["test-package"]]
+
+
+# --------------------------------------------------------------------------------------------
+# A drifted copy is caught
+# --------------------------------------------------------------------------------------------
+
+def _job(workflows, file, runs):
+    """The job of ``file`` whose run steps include ``runs``, or whose runner label contains it."""
+    for job in jobs_of(workflows[file]).values():
+        if runs in run_lines(job) or runs in runner(job):
+            return job
+    raise KeyError(runs)
+
+
+def _step(job, action):
+    return next(step for step in steps_of(job) if uses(step, action))
+
+
+def _replace_run(job, old, new):
+    for step in steps_of(job):
+        if step.get("run") == old:
+            step["run"] = new
+
+
+DRIFTS = {
+    "make test replaced by a second recipe": (
+        lambda w: _replace_run(_job(w, "test.yml", "make test"), "make test", ".venv/bin/python -m pytest"),
+        "a workflow step is a README command",
+    ),
+    "a make target the Makefile lacks": (
+        lambda w: _replace_run(_job(w, "test.yml", "make test"), "make test", "make check"),
+        "the Makefile has no target 'check'",
+    ),
+    "Linux no longer runs make test": (
+        lambda w: jobs_of(w["test.yml"]).pop("test"),
+        "no workflow runs `make test` on ubuntu",
+    ),
+    "Python bumped in one workflow": (
+        lambda w: _step(_job(w, "publish.yml", "make book"), "actions/setup-python")["with"].update(
+            {"python-version": "3.12"}),
+        "sets up Python '3.12', not '3.11'",
+    ),
+    "Python written as a YAML number": (
+        lambda w: _step(_job(w, "test.yml", "macos"), "actions/setup-python")["with"].update({"python-version": 3.11}),
+        "quote it",
+    ),
+    "the container's Python bumped": (
+        lambda w: _job(w, "test.yml", "make test").update({"container": "python:3.12-bookworm"}),
+        "runs in python:3.12-bookworm, not Python 3.11",
+    ),
+    "the pip cache no longer keyed on requirements.txt": (
+        lambda w: _step(_job(w, "test.yml", "windows"), "actions/setup-python")["with"].pop("cache-dependency-path"),
+        "does not cache pip's downloads keyed on requirements.txt",
+    ),
+    "the Windows steps drift from the Makefile": (
+        lambda w: steps_of(_job(w, "test.yml", "windows"))[-1].update(
+            {"run": ".venv/Scripts/python -m pytest mha_course tests"}),
+        "not the Makefile's set-up and `test-package` recipe",
+    ),
+    "a job without runs-on": (
+        lambda w: _job(w, "publish.yml", "make book").pop("runs-on"),
+        "has no `runs-on`",
+    ),
+    "no `on`": (lambda w: w["publish.yml"].pop("on"), "publish.yml: no `on`"),
+    "a step with both uses and run": (
+        lambda w: steps_of(_job(w, "test.yml", "macos"))[0].update({"run": "echo"}),
+        "needs exactly one of `uses` and `run`",
+    ),
+    "Pages deployed without id-token permission": (
+        lambda w: jobs_of(w["publish.yml"])["deploy"]["permissions"].pop("id-token"),
+        "without `permissions: id-token: write`",
+    ),
+    "Pages handed another folder": (
+        lambda w: _step(_job(w, "publish.yml", "make book"), "actions/upload-pages-artifact")["with"].update(
+            {"path": "_build"}),
+        "hands Pages something other than _build/html",
+    ),
+    "the student book no longer kept": (
+        lambda w: _replace_run(_job(w, "publish.yml", "make book"), "make book-student", "make book"),
+        "does not keep _build/student-book/_build/html",
+    ),
+}
+
+
+def test_the_committed_workflows_have_no_problem():
+    assert all_problems(WORKFLOW_FILES) == []
+
+
+@pytest.mark.parametrize("drift", sorted(DRIFTS))
+def test_a_drifted_workflow_is_caught(drift):
+    change, expected = DRIFTS[drift]
+    workflows = copy.deepcopy(WORKFLOW_FILES)
+    change(workflows)
+    problems = all_problems(workflows)
+    assert any(expected in problem for problem in problems), problems
+
+
+def test_a_makefile_recipe_changed_without_the_windows_steps_is_caught():
+    makefile = MAKEFILE.replace("--ignore=tests/browser", "--ignore=tests/browser -x")
+    assert makefile != MAKEFILE
+    assert any("not the Makefile's set-up" in problem for problem in all_problems(WORKFLOW_FILES, makefile=makefile))
+
+
+def test_a_readme_that_moves_on_is_caught():
+    newer = README.replace("Python 3.11 or newer", "Python 3.12 or newer")
+    assert newer != README
+    assert any("not '3.12'" in problem for problem in all_problems(WORKFLOW_FILES, readme=newer))
+    without = README.replace("make test-package", "make tests-of-the-package")
+    assert any("which the README does not mention" in p for p in all_problems(WORKFLOW_FILES, readme=without))
+
+
+def test_a_file_that_is_not_a_workflow_is_refused():
+    assert structure_problems("x.yml", yaml.safe_load("- a list")) == ["x.yml: not a YAML mapping"]
+    parsed = yaml.safe_load("on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    steps:\n      - uses: checkout\n")
+    assert parsed[True] == "push"  # the reason load_workflows puts the key back as "on"
+    assert structure_problems("x.yml", {"on": parsed[True], "jobs": parsed["jobs"]}) == [
+        "x.yml: job 'a', step 1: `uses: checkout` is not owner/repository@version"
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# The pre-commit hooks
+# --------------------------------------------------------------------------------------------
+
+PRE_COMMIT = REPO / ".pre-commit-config.yaml"
+
+
+def _hooks() -> dict[str, dict]:
+    config = yaml.safe_load(PRE_COMMIT.read_text(encoding="utf-8"))
+    return {hook["id"]: hook for repo in config["repos"] for hook in repo["hooks"]}
+
+
+def test_the_pre_commit_configuration_is_valid():
+    result = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "validate-config", str(PRE_COMMIT)],
+        capture_output=True, text=True, cwd=REPO, check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_ruff_hook_uses_the_ruff_pinned_in_requirements():
+    [pin] = [dep for dep in _hooks()["ruff"]["additional_dependencies"] if dep.startswith("ruff==")]
+    requirements = (REPO / "requirements.txt").read_text(encoding="utf-8")
+    pinned = re.search(r"^ruff==\S+", requirements, re.MULTILINE)
+    if pinned is None:
+        pytest.skip("requirements.txt pins no ruff yet: nothing to compare the hook's ruff with")
+    assert pin == pinned.group(0)
+
+
+def test_the_notebook_hook_checks_every_chapter_and_nothing_else():
+    hook = _hooks()["chapter-notebooks-executed"]
+    script = hook["entry"].split()[-1]
+    assert (REPO / script).is_file()
+    files = re.compile(hook["files"])
+    chapters = [path.relative_to(REPO).as_posix() for path in (REPO / "book").glob("*.ipynb")]
+    assert chapters and all(files.search(chapter) for chapter in chapters)
+    graders_inputs = [path.relative_to(REPO).as_posix() for path in (REPO / "tests").rglob("*.ipynb")]
+    assert not any(files.search(path) for path in graders_inputs)
+
+
+def test_contributing_says_how_to_install_the_hooks():
+    contributing = (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    assert "pre-commit install" in contributing
