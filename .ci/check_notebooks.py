@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     paths = [Path(arg) for arg in args] or sorted((REPO / "book").glob("*.ipynb"))
     report = check(paths)
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")  # a cell's first line may not fit a Windows console
     for line in report:
         print(line)
     if report:
