@@ -16,7 +16,7 @@ from .causal_attention import CausalAttention
 from .data import RUNNING_WORDS, THREE_TOKEN_LABELS, random_batch, running_example, three_token_example
 from .device import DEVICE_ENV_VAR, get_device
 from .fast import FastMultiHeadAttention
-from .interop import sdpa_forward, to_torch_multihead, torch_multihead_forward
+from .interop import from_torch_multihead, sdpa_forward, to_torch_multihead, torch_multihead_forward
 from .masking import causal_mask, visibility
 from .multihead import MultiHeadAttention, transfer_weights
 from .wrapper import MultiHeadAttentionWrapper
@@ -41,6 +41,7 @@ __all__ = [
     "THREE_TOKEN_LABELS",
     "sdpa_forward",
     "to_torch_multihead",
+    "from_torch_multihead",
     "torch_multihead_forward",
     "check",
 ]

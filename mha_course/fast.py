@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import check_divisible, check_dropout, check_input, check_positive_int
+from ._validation import check_bool, check_divisible, check_dropout, check_input, check_positive_int
 from .masking import causal_mask
 from .multihead import MultiHeadAttention
 
@@ -68,6 +68,7 @@ class FastMultiHeadAttention(nn.Module):
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.context_length = check_positive_int("context_length", context_length)
         self.head_dim = check_divisible(self.d_out, self.num_heads)
+        qkv_bias = check_bool("qkv_bias", qkv_bias)
         # Rows [0, d_out) compute queries, [d_out, 2*d_out) keys, [2*d_out, 3*d_out) values; within
         # each block head h owns rows [h*head_dim, (h+1)*head_dim), as in MultiHeadAttention.
         self.qkv = nn.Linear(self.d_in, 3 * self.d_out, bias=qkv_bias)
@@ -78,7 +79,7 @@ class FastMultiHeadAttention(nn.Module):
         # module is a drop-in replacement for MultiHeadAttention.
 
     def _queries_keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        check_input(x, self.d_in, self.context_length)
+        check_input(x, self.d_in, self.context_length, like=self.qkv.weight)
         batch, num_tokens, _ = x.shape
         qkv = self.qkv(x)  # (B, T, 3*d_out): one matrix product for all three roles
         qkv = qkv.view(batch, num_tokens, 3, self.num_heads, self.head_dim)  # (B, T, 3, h, hd)
