@@ -16,6 +16,7 @@ from .causal_attention import CausalAttention
 from .data import RUNNING_WORDS, THREE_TOKEN_LABELS, random_batch, running_example, three_token_example
 from .device import DEVICE_ENV_VAR, get_device
 from .fast import FastMultiHeadAttention
+from .heads import merge_heads, split_heads, stack_qkv, unstack_qkv
 from .interop import from_torch_multihead, sdpa_forward, to_torch_multihead, torch_multihead_forward
 from .masking import causal_mask, visibility
 from .multihead import MultiHeadAttention, transfer_weights
@@ -30,6 +31,10 @@ __all__ = [
     "MultiHeadAttention",
     "transfer_weights",
     "FastMultiHeadAttention",
+    "split_heads",
+    "merge_heads",
+    "stack_qkv",
+    "unstack_qkv",
     "causal_mask",
     "visibility",
     "get_device",

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._validation import check_dropout, check_input, check_positive_int
+from .heads import merge_heads, split_heads, stack_qkv, unstack_qkv
 from .masking import causal_mask
 from .multihead import MultiHeadAttention
 
@@ -45,14 +46,12 @@ def sdpa_forward(mha: MultiHeadAttention, x: torch.Tensor) -> torch.Tensor:
     """
     mha = _require_mha(mha)
     check_input(x, mha.d_in, mha.context_length, like=mha.W_query.weight)
-    batch, num_tokens, _ = x.shape
-    q = mha._split_heads(mha.W_query(x))  # (B, h, T, hd)
-    k = mha._split_heads(mha.W_key(x))
-    v = mha._split_heads(mha.W_value(x))
+    q = split_heads(mha.W_query(x), mha.num_heads)  # (B, h, T, d_h)
+    k = split_heads(mha.W_key(x), mha.num_heads)  # (B, h, T, d_h)
+    v = split_heads(mha.W_value(x), mha.num_heads)  # (B, h, T, d_h)
     p = mha.dropout.p if mha.training else 0.0
-    context = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # (B, h, T, hd)
-    context = context.transpose(1, 2).reshape(batch, num_tokens, mha.d_out)
-    return mha.out_proj(context)
+    context = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # (B, h, T, d_h)
+    return mha.out_proj(merge_heads(context))  # (B, T, d_out)
 
 
 @torch.no_grad()
@@ -91,11 +90,12 @@ def to_torch_multihead(mha: MultiHeadAttention) -> nn.MultiheadAttention:
         mha.d_out, mha.num_heads, dropout=mha.dropout.p, bias=True, batch_first=True,
         device=weight.device, dtype=weight.dtype,
     )
-    torch_mha.in_proj_weight.copy_(torch.cat([mha.W_query.weight, mha.W_key.weight, mha.W_value.weight]))
-    if mha.W_query.bias is None:
+    torch_mha.in_proj_weight.copy_(stack_qkv(mha.W_query.weight, mha.W_key.weight, mha.W_value.weight))
+    bias = stack_qkv(mha.W_query.bias, mha.W_key.bias, mha.W_value.bias)
+    if bias is None:
         torch_mha.in_proj_bias.zero_()
     else:
-        torch_mha.in_proj_bias.copy_(torch.cat([mha.W_query.bias, mha.W_key.bias, mha.W_value.bias]))
+        torch_mha.in_proj_bias.copy_(bias)
     torch_mha.out_proj.weight.copy_(mha.out_proj.weight)
     torch_mha.out_proj.bias.copy_(mha.out_proj.bias)
     torch_mha.train(mha.training)
@@ -208,8 +208,8 @@ def from_torch_multihead(
         torch_mha.embed_dim, torch_mha.embed_dim, context_length, dropout, torch_mha.num_heads,
         qkv_bias=torch_mha.in_proj_bias is not None,
     ).to(device=weight.device, dtype=weight.dtype)
-    biases = torch_mha.in_proj_bias.chunk(3) if torch_mha.in_proj_bias is not None else (None, None, None)
-    for linear, w, b in zip((mha.W_query, mha.W_key, mha.W_value), weight.chunk(3), biases):
+    weights, biases = unstack_qkv(weight), unstack_qkv(torch_mha.in_proj_bias)
+    for linear, w, b in zip((mha.W_query, mha.W_key, mha.W_value), weights, biases):
         linear.weight.copy_(w)
         if b is not None:
             linear.bias.copy_(b)

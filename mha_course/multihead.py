@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from ._validation import check_bool, check_divisible, check_dropout, check_input, check_positive_int
+from .heads import merge_heads, split_heads, unstack_qkv
 from .masking import causal_mask, check_loaded_mask
 from .wrapper import MultiHeadAttentionWrapper
 
@@ -31,7 +32,8 @@ class MultiHeadAttention(nn.Module):
 
     Shapes:
         input ``(batch, num_tokens, d_in)`` -> output ``(batch, num_tokens, d_out)``; inside
-        ``forward``, queries, keys and values are ``(batch, num_heads, num_tokens, head_dim)``.
+        ``forward``, queries, keys and values are ``(batch, num_heads, num_tokens, head_dim)``
+        (see :func:`split_heads`).
 
     Attributes:
         head_dim: ``d_out // num_heads``, the width of one head.
@@ -68,34 +70,26 @@ class MultiHeadAttention(nn.Module):
         self.register_buffer("mask", causal_mask(self.context_length))
         self.register_load_state_dict_pre_hook(check_loaded_mask)  # a loaded mask must be causal
 
-    def _split_heads(self, t: torch.Tensor) -> torch.Tensor:
-        batch, num_tokens, _ = t.shape
-        t = t.view(batch, num_tokens, self.num_heads, self.head_dim)  # (B, T, h, hd)
-        return t.transpose(1, 2)  # (B, h, T, hd): heads become a batch dimension
-
     def _weights_and_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         check_input(x, self.d_in, self.context_length, like=self.W_query.weight)
         num_tokens = x.shape[1]
-        queries = self._split_heads(self.W_query(x))  # (B, h, T, hd)
-        keys = self._split_heads(self.W_key(x))  # (B, h, T, hd)
-        values = self._split_heads(self.W_value(x))  # (B, h, T, hd)
+        queries = split_heads(self.W_query(x), self.num_heads)  # (B, h, T, d_h)
+        keys = split_heads(self.W_key(x), self.num_heads)  # (B, h, T, d_h)
+        values = split_heads(self.W_value(x), self.num_heads)  # (B, h, T, d_h)
         # Scale the queries (B*T*d_out numbers) rather than the scores (B*h*T*T numbers):
-        # softmax(q k^T / sqrt(hd)) is the same either way, and the query tensor is far smaller.
+        # softmax(q k^T / sqrt(d_h)) is the same either way, and the query tensor is far smaller.
         queries = queries * self.head_dim**-0.5
         scores = queries @ keys.transpose(2, 3)  # (B, h, T, T): one score matrix per head
         # One mask for every head and every batch row, by broadcasting; filled in place because
         # the fresh score tensor is not needed unmasked.
         scores.masked_fill_(self.mask[:num_tokens, :num_tokens], float("-inf"))
-        return torch.softmax(scores, dim=-1), values  # (B, h, T, T), (B, h, T, hd)
+        return torch.softmax(scores, dim=-1), values  # (B, h, T, T), (B, h, T, d_h)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """All heads in one batched product, merged and projected: ``(B, T, d_in) -> (B, T, d_out)``."""
         weights, values = self._weights_and_values(x)  # validates x
-        batch, num_tokens, _ = x.shape
-        context = self.dropout(weights) @ values  # (B, h, T, hd)
-        # Merge: (B, h, T, hd) -> (B, T, h, hd) -> (B, T, d_out). transpose only changes strides,
-        # so the memory must be made contiguous before view can glue the heads side by side.
-        context = context.transpose(1, 2).contiguous().view(batch, num_tokens, self.d_out)
+        context = self.dropout(weights) @ values  # (B, h, T, d_h)
+        context = merge_heads(context)  # (B, T, d_out): the heads side by side, as the wrapper's cat
         return self.out_proj(context)  # (B, T, d_out)
 
     @torch.no_grad()
@@ -168,8 +162,7 @@ class MultiHeadAttention(nn.Module):
             fast.d_in, fast.d_out, fast.context_length, fast.dropout.p, fast.num_heads,
             qkv_bias=fast.qkv.bias is not None,
         ).to(device=weight.device, dtype=weight.dtype)
-        weights = fast.qkv.weight.chunk(3)  # query, key and value rows, in that order
-        biases = fast.qkv.bias.chunk(3) if fast.qkv.bias is not None else (None, None, None)
+        weights, biases = unstack_qkv(fast.qkv.weight), unstack_qkv(fast.qkv.bias)
         for linear, w, b in zip((mha.W_query, mha.W_key, mha.W_value), weights, biases):
             linear.weight.copy_(w)
             if b is not None:
@@ -183,7 +176,7 @@ def transfer_weights(wrapper: MultiHeadAttentionWrapper, mha: MultiHeadAttention
     """Copy a wrapper's per-head weights into ``mha`` so that both compute the same function.
 
     Head ``h``'s query, key and value weights become rows ``h*head_dim`` to ``(h+1)*head_dim`` of
-    ``mha``'s projections (the slice that ``view`` assigns to head ``h``), and the output
+    ``mha``'s projections (the slice that :func:`split_heads` assigns to head ``h``), and the output
     projection becomes the identity, because the wrapper merges by concatenation alone.
 
     Args:
