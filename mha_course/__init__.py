@@ -16,8 +16,10 @@ from .causal_attention import CausalAttention
 from .data import RUNNING_WORDS, THREE_TOKEN_LABELS, random_batch, running_example, three_token_example
 from .device import DEVICE_ENV_VAR, get_device
 from .fast import FastMultiHeadAttention
+from .grouped_query import GroupedQueryAttention
 from .heads import merge_heads, split_heads, stack_qkv, unstack_qkv
 from .interop import from_torch_multihead, sdpa_forward, to_torch_multihead, torch_multihead_forward
+from .kv_cache import KVCache
 from .masking import causal_mask, visibility
 from .multihead import MultiHeadAttention, transfer_weights
 from .wrapper import MultiHeadAttentionWrapper
@@ -31,6 +33,8 @@ __all__ = [
     "MultiHeadAttention",
     "transfer_weights",
     "FastMultiHeadAttention",
+    "GroupedQueryAttention",
+    "KVCache",
     "split_heads",
     "merge_heads",
     "stack_qkv",

@@ -209,7 +209,7 @@ def from_torch_multihead(
         qkv_bias=torch_mha.in_proj_bias is not None,
     ).to(device=weight.device, dtype=weight.dtype)
     weights, biases = unstack_qkv(weight), unstack_qkv(torch_mha.in_proj_bias)
-    for linear, w, b in zip((mha.W_query, mha.W_key, mha.W_value), weights, biases):
+    for linear, w, b in zip((mha.W_query, mha.W_key, mha.W_value), weights, biases, strict=True):
         linear.weight.copy_(w)
         if b is not None:
             linear.bias.copy_(b)

@@ -163,7 +163,7 @@ class MultiHeadAttention(nn.Module):
             qkv_bias=fast.qkv.bias is not None,
         ).to(device=weight.device, dtype=weight.dtype)
         weights, biases = unstack_qkv(fast.qkv.weight), unstack_qkv(fast.qkv.bias)
-        for linear, w, b in zip((mha.W_query, mha.W_key, mha.W_value), weights, biases):
+        for linear, w, b in zip((mha.W_query, mha.W_key, mha.W_value), weights, biases, strict=True):
             linear.weight.copy_(w)
             if b is not None:
                 linear.bias.copy_(b)

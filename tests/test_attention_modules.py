@@ -1,4 +1,4 @@
-"""Shapes, causality, determinism and the mask buffer, for all three attention classes."""
+"""Shapes, causality, determinism and the mask buffer, for every attention class."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import io
 
 import pytest
 import torch
-from torch import nn
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch import nn
 
 from conftest import CAUSAL_KINDS, CUDA, KINDS, build
 from mha_course import random_batch
@@ -19,7 +19,7 @@ from mha_course import random_batch
 def test_output_shape(kind, batch, tokens):
     module = build(kind, d_in=5, head_dim=3, num_heads=4, context_length=6)
     out = module(random_batch(batch, tokens, 5))
-    width = {"causal": 3, "wrapper": 12, "batched": 12}[kind]
+    width = {"causal": 3, "wrapper": 12, "batched": 12, "gqa": 12}[kind]
     assert out.shape == (batch, tokens, width)
 
 
@@ -168,6 +168,13 @@ def test_runs_on_cuda(kind):
 
 
 @pytest.mark.parametrize("kind", KINDS + ["fast", "fast-explicit"])
+def test_empty_sequence_gives_an_empty_result(kind):
+    module = build(kind, num_heads=2).eval()
+    out = module(torch.rand(2, 0, 3))
+    assert out.shape == (2, 0, 2 if kind == "causal" else 4)
+
+
+@pytest.mark.parametrize("kind", KINDS + ["fast", "fast-explicit"])
 def test_float16_scores_that_overflow_unscaled_stay_finite(kind):
     """Here q.k reaches about 1e5 (float16 stops at 65504) while q.k / sqrt(d_h) stays near 1e4."""
     module = build(kind, d_in=64, head_dim=64, num_heads=1, context_length=4).eval()
@@ -241,7 +248,7 @@ CANONICAL = {"causal": lambda: CanonicalCausalAttention(3, 2, 6, 0.0, True),
              "batched": lambda: CanonicalMultiHeadAttention(3, 4, 6, 0.0, 2, True)}
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", list(CANONICAL))
 def test_state_dicts_load_strictly_both_ways_with_the_canonical_modules(kind):
     x = random_batch(2, 6, 3)
     ours = build(kind, qkv_bias=True).eval()

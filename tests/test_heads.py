@@ -68,9 +68,9 @@ def test_stack_and_unstack_qkv_round_trip_weights_biases_and_activations():
         fused.weight.copy_(packed)
         fused.bias.copy_(stack_qkv(q.bias, k.bias, v.bias))
     x = torch.rand(2, 5, 3)
-    for part, linear in zip(unstack_qkv(fused(x), dim=-1), (q, k, v)):  # the fused output, cut by role
+    for part, linear in zip(unstack_qkv(fused(x), dim=-1), (q, k, v), strict=True):  # the fused output, cut by role
         torch.testing.assert_close(part, linear(x))
-    for part, linear in zip(unstack_qkv(packed), (q, k, v)):
+    for part, linear in zip(unstack_qkv(packed), (q, k, v), strict=True):
         assert torch.equal(part, linear.weight)
     assert stack_qkv(None, None, None) is None
     assert unstack_qkv(None) == (None, None, None)

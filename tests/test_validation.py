@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from conftest import KINDS, build
-from mha_course import CausalAttention, MultiHeadAttention, MultiHeadAttentionWrapper, causal_mask, random_batch
+from mha_course import (
+    CausalAttention,
+    GroupedQueryAttention,
+    MultiHeadAttention,
+    MultiHeadAttentionWrapper,
+    causal_mask,
+    random_batch,
+)
 
 CLASSES = {
     "causal": lambda **kw: CausalAttention(kw["d_in"], kw["d_out"], kw["context_length"], kw["dropout"]),
@@ -14,6 +21,8 @@ CLASSES = {
         kw["d_in"], kw["d_out"], kw["context_length"], kw["dropout"], kw["num_heads"]),
     "batched": lambda **kw: MultiHeadAttention(
         kw["d_in"], kw["d_out"], kw["context_length"], kw["dropout"], kw["num_heads"]),
+    "gqa": lambda **kw: GroupedQueryAttention(
+        kw["d_in"], kw["d_out"], kw["context_length"], kw["dropout"], kw["num_heads"], num_kv_groups=1),
 }
 GOOD = dict(d_in=3, d_out=4, context_length=6, dropout=0.0, num_heads=2)
 
@@ -36,7 +45,7 @@ def test_bad_constructor_arguments(kind, argument, value, error, message):
         CLASSES[kind](**{**GOOD, argument: value})
 
 
-@pytest.mark.parametrize("kind", ["wrapper", "batched"])
+@pytest.mark.parametrize("kind", ["wrapper", "batched", "gqa"])
 def test_bad_num_heads(kind):
     with pytest.raises(ValueError, match=r"num_heads must be a positive integer, got 0"):
         CLASSES[kind](**{**GOOD, "num_heads": 0})
