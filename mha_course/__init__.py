@@ -16,7 +16,10 @@ from .causal_attention import CausalAttention
 from .data import RUNNING_WORDS, THREE_TOKEN_LABELS, random_batch, running_example, three_token_example
 from .device import DEVICE_ENV_VAR, get_device
 from .fast import FastMultiHeadAttention
-from .interop import sdpa_forward, to_torch_multihead, torch_multihead_forward
+from .grouped_query import GroupedQueryAttention
+from .heads import merge_heads, split_heads, stack_qkv, unstack_qkv
+from .interop import from_torch_multihead, sdpa_forward, to_torch_multihead, torch_multihead_forward
+from .kv_cache import KVCache
 from .masking import causal_mask, visibility
 from .multihead import MultiHeadAttention, transfer_weights
 from .wrapper import MultiHeadAttentionWrapper
@@ -30,6 +33,12 @@ __all__ = [
     "MultiHeadAttention",
     "transfer_weights",
     "FastMultiHeadAttention",
+    "GroupedQueryAttention",
+    "KVCache",
+    "split_heads",
+    "merge_heads",
+    "stack_qkv",
+    "unstack_qkv",
     "causal_mask",
     "visibility",
     "get_device",
@@ -41,6 +50,7 @@ __all__ = [
     "THREE_TOKEN_LABELS",
     "sdpa_forward",
     "to_torch_multihead",
+    "from_torch_multihead",
     "torch_multihead_forward",
     "check",
 ]

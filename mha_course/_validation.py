@@ -26,6 +26,18 @@ def check_positive_int(name: str, value, hint: str = "") -> int:
     return int(value)
 
 
+def check_non_negative_int(name: str, value) -> int:
+    """Return ``value`` if it is an integer of at least 0, else raise a ``ValueError``/``TypeError``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            f"{name} must be a non-negative integer, got {value!r} ({type(value).__name__}). "
+            f"Pass a whole number such as {name}=4."
+        )
+    if value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value}. Pass 0 or more.")
+    return int(value)
+
+
 def check_dropout(value) -> float:
     """Return ``value`` as a float if it is a probability in [0, 1), else raise."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -42,6 +54,20 @@ def check_dropout(value) -> float:
     return float(value)
 
 
+def check_bool(name: str, value) -> bool:
+    """Return ``value`` if it is ``True`` or ``False``, else raise a ``TypeError``.
+
+    Switches such as ``qkv_bias`` are strict: ``qkv_bias="no"`` is a non-empty string, hence truthy,
+    and would silently create the bias it meant to turn off.
+    """
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"{name} must be True or False, got {value!r} ({type(value).__name__}). "
+            f"Pass {name}=True or {name}=False."
+        )
+    return value
+
+
 def check_divisible(d_out: int, num_heads: int) -> int:
     """Return ``head_dim = d_out // num_heads`` or explain why ``d_out`` cannot be split evenly."""
     if d_out % num_heads != 0:
@@ -56,8 +82,12 @@ def check_divisible(d_out: int, num_heads: int) -> int:
     return d_out // num_heads
 
 
-def check_input(x, d_in: int, context_length: int) -> None:
-    """Check that ``x`` is a (batch, num_tokens, d_in) float tensor that fits the causal mask."""
+def check_input(x, d_in: int, context_length: int | None, like: torch.Tensor | None = None) -> None:
+    """Check that ``x`` is a (batch, num_tokens, d_in) float tensor that fits the causal mask.
+
+    ``context_length=None`` skips the length check. ``like``, a weight of the module, adds a check
+    that ``x`` has its dtype (unless autocast is on, which casts both itself) and its device.
+    """
     if not isinstance(x, torch.Tensor):
         raise TypeError(
             f"x must be a torch.Tensor of shape (batch, num_tokens, d_in), got {type(x).__name__}. "
@@ -84,9 +114,25 @@ def check_input(x, d_in: int, context_length: int) -> None:
             f"d_in={d_in}. Build the module with d_in={x.shape[-1]}, or pass inputs whose last "
             f"dimension is {d_in}."
         )
-    if x.shape[1] > context_length:
+    if like is not None:
+        check_same_dtype_and_device(x, like)
+    if context_length is not None and x.shape[1] > context_length:
         raise ValueError(
             f"x has {x.shape[1]} tokens (x.shape[1]) but the module was built with "
             f"context_length={context_length}, so its causal mask covers only {context_length} "
             f"positions. Build it with context_length>={x.shape[1]}, or shorten the input."
+        )
+
+
+def check_same_dtype_and_device(x: torch.Tensor, like: torch.Tensor) -> None:
+    """Check that input ``x`` has the dtype and device of the module weight ``like``."""
+    if x.device != like.device:
+        raise ValueError(
+            f"x is on {x.device} but the module's weights are on {like.device}. Move the input with "
+            f"x.to({str(like.device)!r}), or the module with module.to({str(x.device)!r})."
+        )
+    if x.dtype != like.dtype and not torch.is_autocast_enabled(x.device.type):
+        raise TypeError(
+            f"x has dtype {x.dtype} but the module's weights are {like.dtype}. Convert the input "
+            f"with x.to({like.dtype}), or the module with module.to({x.dtype})."
         )

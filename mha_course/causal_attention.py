@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validation import check_dropout, check_input, check_positive_int
-from .masking import causal_mask
+from ._validation import check_bool, check_dropout, check_input, check_positive_int
+from .masking import causal_mask, check_loaded_mask
 
 
 class CausalAttention(nn.Module):
@@ -31,13 +31,15 @@ class CausalAttention(nn.Module):
     Raises:
         ValueError: for a size that is not positive, a ``dropout`` outside ``[0, 1)``, or an input
             of the wrong shape or length; the message names the argument and the fix.
-        TypeError: for an argument or input of the wrong type, e.g. integer token ids.
+        TypeError: for an argument or input of the wrong type, e.g. integer token ids, or an input
+            whose dtype differs from the module's.
 
     Attributes:
         W_query: ``nn.Linear(d_in, d_out)``, the query projection; ``W_key`` and ``W_value`` are
             its twins for keys and values. Their weights are stored transposed, ``(d_out, d_in)``.
         mask: boolean buffer ``(context_length, context_length)``, ``True`` above the diagonal,
-            where a query must not see a key (see :func:`causal_mask`).
+            where a query must not see a key (see :func:`causal_mask`). It is saved in the
+            ``state_dict``; loading one whose mask is not the causal pattern fails.
 
     Example:
         >>> _ = torch.manual_seed(123)
@@ -51,6 +53,7 @@ class CausalAttention(nn.Module):
         self.d_in = check_positive_int("d_in", d_in)
         self.d_out = check_positive_int("d_out", d_out)
         self.context_length = check_positive_int("context_length", context_length)
+        qkv_bias = check_bool("qkv_bias", qkv_bias)
         self.W_query = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
         self.W_key = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
         self.W_value = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
@@ -60,19 +63,23 @@ class CausalAttention(nn.Module):
         # A buffer, not a parameter: it is never trained, but it moves with .to(device) and is
         # saved in the state_dict. True marks a future position that must not be attended to.
         self.register_buffer("mask", causal_mask(self.context_length))
+        self.register_load_state_dict_pre_hook(check_loaded_mask)  # a loaded mask must be causal
 
     def _weights_and_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        check_input(x, self.d_in, self.context_length)
+        check_input(x, self.d_in, self.context_length, like=self.W_query.weight)
         num_tokens = x.shape[1]
         queries = self.W_query(x)  # (B, T, d_out)
         keys = self.W_key(x)  # (B, T, d_out)
         values = self.W_value(x)  # (B, T, d_out)
+        # Dividing by sqrt(d_out) keeps the scores' spread independent of the head width, so the
+        # softmax does not saturate into a one-hot vector with vanishing gradients. Scaling the
+        # queries before the product gives the same scores as scaling the product, and keeps them
+        # finite in float16, where an unscaled q.k above 65504 would overflow to inf.
+        queries = queries * self.d_out**-0.5
         scores = queries @ keys.transpose(1, 2)  # (B, T, T): row i = how much token i matches each key
         # The mask buffer is context_length wide; a shorter input uses its top-left corner.
         scores = scores.masked_fill(self.mask[:num_tokens, :num_tokens], float("-inf"))
-        # Dividing by sqrt(d_out) keeps the scores' spread independent of the head width, so the
-        # softmax does not saturate into a one-hot vector with vanishing gradients.
-        weights = torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1)  # (B, T, T), rows sum to 1
+        weights = torch.softmax(scores, dim=-1)  # (B, T, T), rows sum to 1
         return weights, values
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

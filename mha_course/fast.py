@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import check_divisible, check_dropout, check_input, check_positive_int
+from ._validation import check_bool, check_divisible, check_dropout, check_input, check_positive_int
+from .heads import merge_heads, split_heads, stack_qkv, unstack_qkv
 from .masking import causal_mask
 from .multihead import MultiHeadAttention
 
@@ -68,6 +69,7 @@ class FastMultiHeadAttention(nn.Module):
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.context_length = check_positive_int("context_length", context_length)
         self.head_dim = check_divisible(self.d_out, self.num_heads)
+        qkv_bias = check_bool("qkv_bias", qkv_bias)
         # Rows [0, d_out) compute queries, [d_out, 2*d_out) keys, [2*d_out, 3*d_out) values; within
         # each block head h owns rows [h*head_dim, (h+1)*head_dim), as in MultiHeadAttention.
         self.qkv = nn.Linear(self.d_in, 3 * self.d_out, bias=qkv_bias)
@@ -78,13 +80,11 @@ class FastMultiHeadAttention(nn.Module):
         # module is a drop-in replacement for MultiHeadAttention.
 
     def _queries_keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        check_input(x, self.d_in, self.context_length)
-        batch, num_tokens, _ = x.shape
+        check_input(x, self.d_in, self.context_length, like=self.qkv.weight)
         qkv = self.qkv(x)  # (B, T, 3*d_out): one matrix product for all three roles
-        qkv = qkv.view(batch, num_tokens, 3, self.num_heads, self.head_dim)  # (B, T, 3, h, hd)
-        qkv = qkv.permute(2, 0, 3, 1, 4)  # (3, B, h, T, hd): strides only, no copy
-        queries, keys, values = qkv.unbind(0)  # each (B, h, T, hd)
-        return queries, keys, values
+        queries, keys, values = unstack_qkv(qkv, dim=-1)  # each (B, T, d_out): views, no copy
+        # Each (B, h, T, d_h); split_heads only changes strides, so nothing is copied here either.
+        return tuple(split_heads(t, self.num_heads) for t in (queries, keys, values))
 
     def _explicit_weights(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         num_tokens = queries.shape[2]
@@ -92,25 +92,19 @@ class FastMultiHeadAttention(nn.Module):
         scores.masked_fill_(causal_mask(num_tokens, device=scores.device), float("-inf"))
         return torch.softmax(scores, dim=-1)  # (B, h, T, T)
 
-    def _merge_heads(self, context: torch.Tensor) -> torch.Tensor:
-        batch, _, num_tokens, _ = context.shape
-        # (B, h, T, hd) -> (B, T, h, hd) -> (B, T, d_out); reshape copies because of the transpose.
-        context = context.transpose(1, 2).reshape(batch, num_tokens, self.d_out)
-        return self.out_proj(context)  # (B, T, d_out)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Fused projection, fused attention kernel, merge and output projection: ``(B, T, d_in) -> (B, T, d_out)``."""
-        queries, keys, values = self._queries_keys_values(x)  # validates x; each (B, h, T, hd)
+        queries, keys, values = self._queries_keys_values(x)  # validates x; each (B, h, T, d_h)
         if self.use_sdpa:
             # Dropout only in training: in eval mode the kernel must not drop anything.
             p = self.dropout.p if self.training else 0.0
             context = F.scaled_dot_product_attention(
                 queries, keys, values, dropout_p=p, is_causal=True
-            )  # (B, h, T, hd); scale defaults to 1/sqrt(hd)
+            )  # (B, h, T, d_h); scale defaults to 1/sqrt(d_h)
         else:
             weights = self._explicit_weights(queries, keys)  # (B, h, T, T)
-            context = self.dropout(weights) @ values  # (B, h, T, hd)
-        return self._merge_heads(context)
+            context = self.dropout(weights) @ values  # (B, h, T, d_h)
+        return self.out_proj(merge_heads(context))  # (B, T, d_out)
 
     @torch.no_grad()
     def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
@@ -149,8 +143,8 @@ class FastMultiHeadAttention(nn.Module):
             qkv_bias=mha.W_query.bias is not None,
         ).to(device=weight.device, dtype=weight.dtype)
         with torch.no_grad():
-            fast.qkv.weight.copy_(torch.cat([mha.W_query.weight, mha.W_key.weight, mha.W_value.weight]))
+            fast.qkv.weight.copy_(stack_qkv(mha.W_query.weight, mha.W_key.weight, mha.W_value.weight))
             if fast.qkv.bias is not None:
-                fast.qkv.bias.copy_(torch.cat([mha.W_query.bias, mha.W_key.bias, mha.W_value.bias]))
+                fast.qkv.bias.copy_(stack_qkv(mha.W_query.bias, mha.W_key.bias, mha.W_value.bias))
             fast.out_proj.load_state_dict(mha.out_proj.state_dict())
         return fast.train(mha.training)

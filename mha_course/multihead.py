@@ -11,8 +11,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validation import check_divisible, check_dropout, check_input, check_positive_int
-from .masking import causal_mask
+from ._validation import check_bool, check_divisible, check_dropout, check_input, check_positive_int
+from .heads import merge_heads, split_heads, unstack_qkv
+from .masking import causal_mask, check_loaded_mask
 from .wrapper import MultiHeadAttentionWrapper
 
 
@@ -31,7 +32,8 @@ class MultiHeadAttention(nn.Module):
 
     Shapes:
         input ``(batch, num_tokens, d_in)`` -> output ``(batch, num_tokens, d_out)``; inside
-        ``forward``, queries, keys and values are ``(batch, num_heads, num_tokens, head_dim)``.
+        ``forward``, queries, keys and values are ``(batch, num_heads, num_tokens, head_dim)``
+        (see :func:`split_heads`).
 
     Attributes:
         head_dim: ``d_out // num_heads``, the width of one head.
@@ -57,6 +59,7 @@ class MultiHeadAttention(nn.Module):
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.context_length = check_positive_int("context_length", context_length)
         self.head_dim = check_divisible(self.d_out, self.num_heads)
+        qkv_bias = check_bool("qkv_bias", qkv_bias)
         # One projection per role for all heads: columns [h*head_dim, (h+1)*head_dim) belong to head h.
         self.W_query = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
         self.W_key = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
@@ -65,35 +68,28 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(self.d_out, self.d_out)
         self.dropout = nn.Dropout(check_dropout(dropout))
         self.register_buffer("mask", causal_mask(self.context_length))
-
-    def _split_heads(self, t: torch.Tensor) -> torch.Tensor:
-        batch, num_tokens, _ = t.shape
-        t = t.view(batch, num_tokens, self.num_heads, self.head_dim)  # (B, T, h, hd)
-        return t.transpose(1, 2)  # (B, h, T, hd): heads become a batch dimension
+        self.register_load_state_dict_pre_hook(check_loaded_mask)  # a loaded mask must be causal
 
     def _weights_and_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        check_input(x, self.d_in, self.context_length)
+        check_input(x, self.d_in, self.context_length, like=self.W_query.weight)
         num_tokens = x.shape[1]
-        queries = self._split_heads(self.W_query(x))  # (B, h, T, hd)
-        keys = self._split_heads(self.W_key(x))  # (B, h, T, hd)
-        values = self._split_heads(self.W_value(x))  # (B, h, T, hd)
+        queries = split_heads(self.W_query(x), self.num_heads)  # (B, h, T, d_h)
+        keys = split_heads(self.W_key(x), self.num_heads)  # (B, h, T, d_h)
+        values = split_heads(self.W_value(x), self.num_heads)  # (B, h, T, d_h)
         # Scale the queries (B*T*d_out numbers) rather than the scores (B*h*T*T numbers):
-        # softmax(q k^T / sqrt(hd)) is the same either way, and the query tensor is far smaller.
+        # softmax(q k^T / sqrt(d_h)) is the same either way, and the query tensor is far smaller.
         queries = queries * self.head_dim**-0.5
         scores = queries @ keys.transpose(2, 3)  # (B, h, T, T): one score matrix per head
         # One mask for every head and every batch row, by broadcasting; filled in place because
         # the fresh score tensor is not needed unmasked.
         scores.masked_fill_(self.mask[:num_tokens, :num_tokens], float("-inf"))
-        return torch.softmax(scores, dim=-1), values  # (B, h, T, T), (B, h, T, hd)
+        return torch.softmax(scores, dim=-1), values  # (B, h, T, T), (B, h, T, d_h)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """All heads in one batched product, merged and projected: ``(B, T, d_in) -> (B, T, d_out)``."""
         weights, values = self._weights_and_values(x)  # validates x
-        batch, num_tokens, _ = x.shape
-        context = self.dropout(weights) @ values  # (B, h, T, hd)
-        # Merge: (B, h, T, hd) -> (B, T, h, hd) -> (B, T, d_out). transpose only changes strides,
-        # so the memory must be made contiguous before view can glue the heads side by side.
-        context = context.transpose(1, 2).contiguous().view(batch, num_tokens, self.d_out)
+        context = self.dropout(weights) @ values  # (B, h, T, d_h)
+        context = merge_heads(context)  # (B, T, d_out): the heads side by side, as the wrapper's cat
         return self.out_proj(context)  # (B, T, d_out)
 
     @torch.no_grad()
@@ -112,8 +108,8 @@ class MultiHeadAttention(nn.Module):
         """A ``MultiHeadAttention`` that computes exactly what ``wrapper`` computes.
 
         Its ``d_out`` is ``wrapper.num_heads * wrapper.d_out`` (the wrapper's ``d_out`` is per
-        head); it has the wrapper's dropout, bias setting, device and dtype, and weights copied by
-        :func:`transfer_weights`.
+        head); it has the wrapper's dropout, bias setting, device, dtype and training mode, and
+        weights copied by :func:`transfer_weights`.
 
         Example:
             >>> wrapper = MultiHeadAttentionWrapper(3, 2, 6, dropout=0.0, num_heads=2)
@@ -136,7 +132,43 @@ class MultiHeadAttention(nn.Module):
             qkv_bias=first.W_query.bias is not None,
         )
         mha = mha.to(device=first.W_query.weight.device, dtype=first.W_query.weight.dtype)
-        return transfer_weights(wrapper, mha)
+        return transfer_weights(wrapper, mha).train(wrapper.training)
+
+    @classmethod
+    @torch.no_grad()
+    def from_fast(cls, fast) -> "MultiHeadAttention":
+        """A ``MultiHeadAttention`` that computes exactly what the ``FastMultiHeadAttention`` computes.
+
+        The inverse of :meth:`FastMultiHeadAttention.from_multihead`: the fused ``qkv`` weight (and
+        bias) is cut back into the query, key and value projections; the output projection, the
+        dropout probability, device, dtype and training mode are copied.
+
+        Example:
+            >>> from mha_course import FastMultiHeadAttention
+            >>> fast = FastMultiHeadAttention(3, 4, context_length=6, dropout=0.0, num_heads=2)
+            >>> mha = MultiHeadAttention.from_fast(fast)
+            >>> x = torch.rand(2, 6, 3)
+            >>> torch.allclose(mha(x), fast(x), atol=1e-6)
+            True
+        """
+        from .fast import FastMultiHeadAttention  # here, not at the top: fast.py imports this module
+
+        if not isinstance(fast, FastMultiHeadAttention):
+            hint = " For a wrapper use MultiHeadAttention.from_wrapper(wrapper)." if isinstance(
+                fast, MultiHeadAttentionWrapper) else ""
+            raise TypeError(f"fast must be a FastMultiHeadAttention, got {type(fast).__name__}.{hint}")
+        weight = fast.qkv.weight
+        mha = cls(
+            fast.d_in, fast.d_out, fast.context_length, fast.dropout.p, fast.num_heads,
+            qkv_bias=fast.qkv.bias is not None,
+        ).to(device=weight.device, dtype=weight.dtype)
+        weights, biases = unstack_qkv(fast.qkv.weight), unstack_qkv(fast.qkv.bias)
+        for linear, w, b in zip((mha.W_query, mha.W_key, mha.W_value), weights, biases, strict=True):
+            linear.weight.copy_(w)
+            if b is not None:
+                linear.bias.copy_(b)
+        mha.out_proj.load_state_dict(fast.out_proj.state_dict())
+        return mha.train(fast.training)
 
 
 @torch.no_grad()
@@ -144,7 +176,7 @@ def transfer_weights(wrapper: MultiHeadAttentionWrapper, mha: MultiHeadAttention
     """Copy a wrapper's per-head weights into ``mha`` so that both compute the same function.
 
     Head ``h``'s query, key and value weights become rows ``h*head_dim`` to ``(h+1)*head_dim`` of
-    ``mha``'s projections (the slice that ``view`` assigns to head ``h``), and the output
+    ``mha``'s projections (the slice that :func:`split_heads` assigns to head ``h``), and the output
     projection becomes the identity, because the wrapper merges by concatenation alone.
 
     Args:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validation import check_dropout, check_input, check_positive_int
+from ._validation import check_bool, check_dropout, check_input, check_positive_int
 from .causal_attention import CausalAttention
 
 
@@ -48,6 +48,7 @@ class MultiHeadAttentionWrapper(nn.Module):
         self.d_out = check_positive_int("d_out", d_out, hint="In the wrapper d_out is the width of each head.")
         self.context_length = check_positive_int("context_length", context_length)
         check_dropout(dropout)
+        check_bool("qkv_bias", qkv_bias)
         # Each head is a complete CausalAttention with weights of its own: nothing is shared.
         self.heads = nn.ModuleList(
             CausalAttention(d_in, d_out, context_length, dropout, qkv_bias) for _ in range(self.num_heads)
@@ -55,7 +56,7 @@ class MultiHeadAttentionWrapper(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Run every head on ``x`` and concatenate: ``(B, T, d_in) -> (B, T, num_heads * d_out)``."""
-        check_input(x, self.d_in, self.context_length)
+        check_input(x, self.d_in, self.context_length, like=self.heads[0].W_query.weight)
         # The merge: the only place where the heads' paths meet.
         return torch.cat([head(x) for head in self.heads], dim=-1)  # (B, T, num_heads * d_out)
 
@@ -68,5 +69,5 @@ class MultiHeadAttentionWrapper(nn.Module):
             >>> wrapper.attention_weights(torch.rand(1, 4, 3)).shape
             torch.Size([1, 2, 4, 4])
         """
-        check_input(x, self.d_in, self.context_length)
+        check_input(x, self.d_in, self.context_length, like=self.heads[0].W_query.weight)
         return torch.stack([head.attention_weights(x) for head in self.heads], dim=1)

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
-from mha_course import CausalAttention, FastMultiHeadAttention, MultiHeadAttention, MultiHeadAttentionWrapper
+from mha_course import (
+    CausalAttention,
+    FastMultiHeadAttention,
+    GroupedQueryAttention,
+    KVCache,
+    MultiHeadAttention,
+    MultiHeadAttentionWrapper,
+)
 
 # tests/notebooks/ holds the grader's test inputs (some raise, hang or tamper on purpose): they are
 # read by tests/test_grader.py, never collected by nbval as chapters.
@@ -17,12 +25,31 @@ torch.set_num_threads(1)
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device; none is present")
 
 
-def build(kind: str, d_in: int = 3, head_dim: int = 2, num_heads: int = 2, context_length: int = 6,
-          dropout: float = 0.0, qkv_bias: bool = False):
-    """Build one of the three attention classes with comparable sizes.
+class TokenByToken(nn.Module):
+    """Runs a cached module one token at a time through a fresh :class:`KVCache`: the decoding path."""
 
-    ``head_dim`` is the width of one head; for ``MultiHeadAttention`` the total ``d_out`` is
-    ``num_heads * head_dim`` and for ``CausalAttention`` there is one head.
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        cache = KVCache()
+        return torch.cat([self.module(x[:, t : t + 1], cache=cache) for t in range(x.shape[1])], dim=1)
+
+
+def default_kv_groups(num_heads: int) -> int:
+    """Real grouping where the head count allows it: 4 heads -> 2 groups of 2, otherwise one group."""
+    return num_heads // 2 if num_heads % 2 == 0 and num_heads > 2 else 1
+
+
+def build(kind: str, d_in: int = 3, head_dim: int = 2, num_heads: int = 2, context_length: int = 6,
+          dropout: float = 0.0, qkv_bias: bool = False, num_kv_groups: int | None = None):
+    """Build one of the attention classes with comparable sizes.
+
+    ``head_dim`` is the width of one head; for the multi-head modules the total ``d_out`` is
+    ``num_heads * head_dim`` and for ``CausalAttention`` there is one head. ``"gqa"`` shares key/value
+    heads in ``num_kv_groups`` groups (default: :func:`default_kv_groups`); ``"gqa-cached"`` is the
+    same module decoding token by token through a KV cache.
     """
     if kind == "causal":
         return CausalAttention(d_in, head_dim, context_length, dropout, qkv_bias)
@@ -34,12 +61,16 @@ def build(kind: str, d_in: int = 3, head_dim: int = 2, num_heads: int = 2, conte
         fast = FastMultiHeadAttention(d_in, num_heads * head_dim, context_length, dropout, num_heads, qkv_bias)
         fast.use_sdpa = kind == "fast"  # "fast-explicit" takes the step-by-step path of the same module
         return fast
+    if kind in ("gqa", "gqa-cached"):
+        groups = default_kv_groups(num_heads) if num_kv_groups is None else num_kv_groups
+        gqa = GroupedQueryAttention(d_in, num_heads * head_dim, context_length, dropout, num_heads, groups, qkv_bias)
+        return gqa if kind == "gqa" else TokenByToken(gqa)
     raise ValueError(kind)
 
 
-KINDS = ["causal", "wrapper", "batched"]
-# Every module that must be causal, the fast path (both of its code paths) included.
-CAUSAL_KINDS = KINDS + ["fast", "fast-explicit"]
+KINDS = ["causal", "wrapper", "batched", "gqa"]
+# Every module that must be causal: the fast path (both of its code paths) and cached decoding included.
+CAUSAL_KINDS = KINDS + ["fast", "fast-explicit", "gqa-cached"]
 
 
 @pytest.fixture(autouse=True)

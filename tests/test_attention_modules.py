@@ -1,4 +1,4 @@
-"""Shapes, causality, determinism and the mask buffer, for all three attention classes."""
+"""Shapes, causality, determinism and the mask buffer, for every attention class."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch import nn
 
 from conftest import CAUSAL_KINDS, CUDA, KINDS, build
 from mha_course import random_batch
@@ -18,7 +19,7 @@ from mha_course import random_batch
 def test_output_shape(kind, batch, tokens):
     module = build(kind, d_in=5, head_dim=3, num_heads=4, context_length=6)
     out = module(random_batch(batch, tokens, 5))
-    width = {"causal": 3, "wrapper": 12, "batched": 12}[kind]
+    width = {"causal": 3, "wrapper": 12, "batched": 12, "gqa": 12}[kind]
     assert out.shape == (batch, tokens, width)
 
 
@@ -160,3 +161,141 @@ def test_runs_on_cuda(kind):
     out = module(x.cuda())
     assert out.is_cuda
     torch.testing.assert_close(out.cpu(), module.cpu()(x), rtol=1e-4, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------
+# Half precision: the scale comes before the product, so large scores stay finite
+
+
+@pytest.mark.parametrize("kind", KINDS + ["fast", "fast-explicit"])
+def test_empty_sequence_gives_an_empty_result(kind):
+    module = build(kind, num_heads=2).eval()
+    out = module(torch.rand(2, 0, 3))
+    assert out.shape == (2, 0, 2 if kind == "causal" else 4)
+
+
+@pytest.mark.parametrize("kind", KINDS + ["fast", "fast-explicit"])
+def test_float16_scores_that_overflow_unscaled_stay_finite(kind):
+    """Here q.k reaches about 1e5 (float16 stops at 65504) while q.k / sqrt(d_h) stays near 1e4."""
+    module = build(kind, d_in=64, head_dim=64, num_heads=1, context_length=4).eval()
+    with torch.no_grad():
+        for name, parameter in module.named_parameters():
+            if "W_" in name or name.startswith("qkv"):  # every query, key and value projection
+                rows = parameter.shape[0]
+                parameter.copy_(torch.eye(64).repeat(rows // 64, 1))
+    module = module.half()
+    x = torch.full((1, 4, 64), 40.0, dtype=torch.float16)
+    assert torch.isfinite(module(x)).all()
+    assert torch.isfinite(module.attention_weights(x)).all()
+
+
+# ----------------------------------------------------------------------------------------------
+# State dicts: compatible both ways with the canonical chapter's modules, and a corrupted mask refused
+
+
+class CanonicalCausalAttention(nn.Module):
+    """The best-known chapter's single head, by its state dict: W_query/W_key/W_value and a float mask."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+    def forward(self, x):
+        T = x.shape[1]
+        scores = self.W_query(x) @ self.W_key(x).transpose(1, 2)
+        scores = scores.masked_fill(self.mask.bool()[:T, :T], float("-inf"))
+        return self.dropout(torch.softmax(scores / self.W_key.out_features**0.5, dim=-1)) @ self.W_value(x)
+
+
+class CanonicalMultiHeadAttention(nn.Module):
+    """The same chapter's batched module: its projections, ``out_proj`` and a float mask."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q, k, v = (w(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
+                   for w in (self.W_query, self.W_key, self.W_value))
+        scores = (q @ k.transpose(2, 3)).masked_fill(self.mask.bool()[:T, :T], float("-inf"))
+        weights = self.dropout(torch.softmax(scores / self.head_dim**0.5, dim=-1))
+        return self.out_proj((weights @ v).transpose(1, 2).contiguous().view(B, T, -1))
+
+
+class CanonicalWrapper(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        self.heads = nn.ModuleList(
+            CanonicalCausalAttention(d_in, d_out, context_length, dropout, qkv_bias) for _ in range(num_heads))
+
+    def forward(self, x):
+        return torch.cat([head(x) for head in self.heads], dim=-1)
+
+
+CANONICAL = {"causal": lambda: CanonicalCausalAttention(3, 2, 6, 0.0, True),
+             "wrapper": lambda: CanonicalWrapper(3, 2, 6, 0.0, 2, True),
+             "batched": lambda: CanonicalMultiHeadAttention(3, 4, 6, 0.0, 2, True)}
+
+
+@pytest.mark.parametrize("kind", list(CANONICAL))
+def test_state_dicts_load_strictly_both_ways_with_the_canonical_modules(kind):
+    x = random_batch(2, 6, 3)
+    ours = build(kind, qkv_bias=True).eval()
+    theirs = CANONICAL[kind]().eval()
+    theirs.load_state_dict(ours.state_dict(), strict=True)
+    torch.testing.assert_close(theirs(x), ours(x), rtol=1e-5, atol=1e-6)
+    assert all(buf.dtype == torch.float32 for name, buf in theirs.named_buffers())  # theirs keeps float masks
+
+    theirs = CANONICAL[kind]().eval()
+    ours = build(kind, qkv_bias=True).eval()
+    ours.load_state_dict(theirs.state_dict(), strict=True)
+    torch.testing.assert_close(ours(x), theirs(x), rtol=1e-5, atol=1e-6)
+    assert all(buf.dtype == torch.bool for name, buf in ours.named_buffers())  # ours stays boolean
+
+
+def _corrupt(state: dict, how: str) -> dict:
+    state = dict(state)
+    for key in [k for k in state if k.endswith("mask")]:
+        mask = state[key]
+        if how == "all False":
+            state[key] = torch.zeros_like(mask)
+        elif how == "transposed":
+            state[key] = mask.T.contiguous()
+        elif how == "float 0.5":
+            state[key] = mask.float() * 0.5
+    return state
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("how", ["all False", "transposed", "float 0.5"])
+def test_a_mask_that_is_not_causal_is_refused(kind, how):
+    module = build(kind)
+    before = {key: value.clone() for key, value in module.state_dict().items()}
+    with pytest.raises(RuntimeError, match=r"mask.*not the causal pattern.*causal_mask\(6\)"):
+        module.load_state_dict(_corrupt(module.state_dict(), how))
+    with pytest.raises(RuntimeError, match=r"mask.*not the causal pattern"):
+        module.load_state_dict(_corrupt(module.state_dict(), how), strict=False)
+    for key, value in module.state_dict().items():
+        assert torch.equal(value, before[key]), f"{key} changed although loading failed"
+    # The module is still causal.
+    x = random_batch(1, 6, 3)
+    changed = x.clone()
+    changed[:, 3:] += 1.0
+    torch.testing.assert_close(module.eval()(changed)[:, :3], module(x)[:, :3])
+
+
+def test_a_mask_of_another_context_length_names_the_fix():
+    small, large = build("batched", context_length=6), build("batched", context_length=8)
+    with pytest.raises(RuntimeError, match=r"context_length=8, this one has context_length=6\. Build it with context_length=8"):
+        small.load_state_dict(large.state_dict())

@@ -151,3 +151,12 @@ def test_runs_on_cuda_and_matches_cpu():
     assert out.is_cuda and fast_cuda.qkv.weight.is_cuda
     torch.testing.assert_close(out.cpu(), expected, rtol=1e-4, atol=1e-5)
     assert fast_cuda.attention_weights(x.cuda()).is_cuda
+
+
+@pytest.mark.parametrize("use_sdpa", [True, False])
+def test_empty_sequence_gives_an_empty_result_on_both_paths(use_sdpa):
+    fast = FastMultiHeadAttention(3, 4, 6, 0.0, 2).eval()
+    fast.use_sdpa = use_sdpa
+    x = torch.rand(2, 0, 3)
+    assert fast(x).shape == (2, 0, 4)
+    assert fast.attention_weights(x).shape == (2, 2, 0, 0)

@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from conftest import KINDS, build
-from mha_course import CausalAttention, MultiHeadAttention, MultiHeadAttentionWrapper, causal_mask, random_batch
+from mha_course import (
+    CausalAttention,
+    GroupedQueryAttention,
+    MultiHeadAttention,
+    MultiHeadAttentionWrapper,
+    causal_mask,
+    random_batch,
+)
 
 CLASSES = {
     "causal": lambda **kw: CausalAttention(kw["d_in"], kw["d_out"], kw["context_length"], kw["dropout"]),
@@ -14,6 +21,8 @@ CLASSES = {
         kw["d_in"], kw["d_out"], kw["context_length"], kw["dropout"], kw["num_heads"]),
     "batched": lambda **kw: MultiHeadAttention(
         kw["d_in"], kw["d_out"], kw["context_length"], kw["dropout"], kw["num_heads"]),
+    "gqa": lambda **kw: GroupedQueryAttention(
+        kw["d_in"], kw["d_out"], kw["context_length"], kw["dropout"], kw["num_heads"], num_kv_groups=1),
 }
 GOOD = dict(d_in=3, d_out=4, context_length=6, dropout=0.0, num_heads=2)
 
@@ -36,7 +45,7 @@ def test_bad_constructor_arguments(kind, argument, value, error, message):
         CLASSES[kind](**{**GOOD, argument: value})
 
 
-@pytest.mark.parametrize("kind", ["wrapper", "batched"])
+@pytest.mark.parametrize("kind", ["wrapper", "batched", "gqa"])
 def test_bad_num_heads(kind):
     with pytest.raises(ValueError, match=r"num_heads must be a positive integer, got 0"):
         CLASSES[kind](**{**GOOD, "num_heads": 0})
@@ -75,5 +84,43 @@ def test_bad_inputs(kind, make_input, error, message):
 
 
 def test_causal_mask_argument_checked():
-    with pytest.raises(ValueError, match="num_tokens must be a positive integer, got 0"):
-        causal_mask(0)
+    with pytest.raises(ValueError, match="num_tokens must be a non-negative integer, got -1"):
+        causal_mask(-1)
+    with pytest.raises(TypeError, match=r"num_tokens must be a non-negative integer, got 2\.0 \(float\)"):
+        causal_mask(2.0)
+    assert causal_mask(0).shape == (0, 0)  # an empty sequence has an empty mask
+
+
+ALL_KINDS = KINDS + ["fast"]
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_input_dtype_must_match_the_module(kind):
+    module = build(kind, context_length=6)
+    for method in (module, module.attention_weights):
+        with pytest.raises(TypeError, match=r"x has dtype torch\.float64 but the module's weights are "
+                                            r"torch\.float32.*x\.to\(torch\.float32\).*\.to\(torch\.float64\)"):
+            method(random_batch(1, 6, 3).double())
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_input_device_must_match_the_module(kind):
+    module = build(kind, context_length=6).to("meta")  # a second device that every machine has
+    with pytest.raises(ValueError, match=r"x is on cpu but the module's weights are on meta.*x\.to\("):
+        module(random_batch(1, 6, 3))
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_autocast_may_mix_dtypes(kind):
+    """Under autocast PyTorch casts inputs and weights itself, so a bfloat16 input is fine."""
+    module = build(kind, context_length=6)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = module(random_batch(1, 6, 3).bfloat16())
+    assert out.shape[:2] == (1, 6)
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+@pytest.mark.parametrize("value", ["no", 1, None])
+def test_qkv_bias_must_be_a_bool(kind, value):
+    with pytest.raises(TypeError, match=rf"qkv_bias must be True or False, got {value!r}"):
+        build(kind, qkv_bias=value)

@@ -1,0 +1,152 @@
+"""Grouped-query attention: multi-head at one end, multi-query at the other, and mean-pooled from a trained module."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import CUDA
+from mha_course import GroupedQueryAttention, MultiHeadAttention, random_batch
+from mha_course.cost import count_parameters
+
+TOL = dict(rtol=1e-5, atol=1e-6)
+DIVISORS = {h: [g for g in range(1, h + 1) if h % g == 0] for h in range(1, 9)}
+
+
+@torch.no_grad()
+def expanded_multihead(gqa: GroupedQueryAttention) -> MultiHeadAttention:
+    """The MultiHeadAttention that gives every query head its own copy of its group's key/value head.
+
+    Written here independently of the module: key head ``g`` becomes key heads ``g*r .. g*r + r - 1``.
+    """
+    mha = MultiHeadAttention(gqa.d_in, gqa.d_out, gqa.context_length, gqa.dropout.p, gqa.num_heads,
+                             qkv_bias=gqa.W_query.bias is not None)
+    mha.W_query.load_state_dict(gqa.W_query.state_dict())
+    mha.out_proj.load_state_dict(gqa.out_proj.state_dict())
+    r = gqa.num_heads // gqa.num_kv_groups
+    for role in ("W_key", "W_value"):
+        source, target = getattr(gqa, role), getattr(mha, role)
+        heads = source.weight.view(gqa.num_kv_groups, gqa.head_dim, gqa.d_in)
+        target.weight.copy_(torch.stack([heads[h // r] for h in range(gqa.num_heads)]).view(gqa.d_out, gqa.d_in))
+        if source.bias is not None:
+            biases = source.bias.view(gqa.num_kv_groups, gqa.head_dim)
+            target.bias.copy_(torch.stack([biases[h // r] for h in range(gqa.num_heads)]).view(gqa.d_out))
+    return mha.train(gqa.training)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    d_in=st.integers(1, 6),
+    head_dim=st.integers(1, 4),
+    num_heads=st.integers(1, 8),
+    group_index=st.integers(0, 3),
+    tokens=st.integers(1, 7),
+    qkv_bias=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_each_group_serves_its_consecutive_query_heads(d_in, head_dim, num_heads, group_index, tokens, qkv_bias, seed):
+    """Group g's key/value head serves query heads g*r .. g*r+r-1 (repeat_interleave, not repeat)."""
+    torch.manual_seed(seed)
+    groups = DIVISORS[num_heads][group_index % len(DIVISORS[num_heads])]
+    gqa = GroupedQueryAttention(d_in, num_heads * head_dim, 7, 0.0, num_heads, groups, qkv_bias).eval()
+    mha = expanded_multihead(gqa).eval()
+    x = random_batch(2, tokens, d_in, seed=seed)
+    torch.testing.assert_close(gqa(x), mha(x), **TOL)
+    torch.testing.assert_close(gqa.attention_weights(x), mha.attention_weights(x), **TOL)
+
+
+def test_the_group_order_matters():
+    """Pairing the heads the other way round (repeat instead of repeat_interleave) gives other outputs."""
+    gqa = GroupedQueryAttention(4, 8, 6, 0.0, num_heads=4, num_kv_groups=2).eval()
+    mha = expanded_multihead(gqa)
+    with torch.no_grad():  # key heads in the order g0 g1 g0 g1, as repeat would give
+        heads = mha.W_key.weight.view(4, 2, 4)
+        mha.W_key.weight.copy_(heads[[0, 2, 1, 3]].reshape(8, 4))
+    x = random_batch(2, 6, 4)
+    assert not torch.allclose(gqa(x), mha.eval()(x), atol=1e-4)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    d_in=st.integers(1, 6),
+    head_dim=st.integers(1, 4),
+    num_heads=st.integers(1, 6),
+    tokens=st.integers(1, 7),
+    qkv_bias=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_as_many_groups_as_heads_is_multi_head_attention(d_in, head_dim, num_heads, tokens, qkv_bias, seed):
+    torch.manual_seed(seed)
+    mha = MultiHeadAttention(d_in, num_heads * head_dim, 7, 0.0, num_heads, qkv_bias).eval()
+    gqa = GroupedQueryAttention.from_multihead(mha, num_kv_groups=num_heads)
+    x = random_batch(2, tokens, d_in, seed=seed)
+    torch.testing.assert_close(gqa(x), mha(x), **TOL)
+    torch.testing.assert_close(gqa.attention_weights(x), mha.attention_weights(x), **TOL)
+    assert count_parameters(gqa) == count_parameters(mha)
+    for name, tensor in mha.state_dict().items():  # the same weights, one for one
+        assert torch.equal(gqa.state_dict()[name], tensor), name
+
+
+def test_one_group_is_multi_query_attention():
+    mqa = GroupedQueryAttention(8, 12, 6, 0.0, num_heads=4, num_kv_groups=1)
+    assert mqa.W_query.weight.shape == (12, 8)
+    assert mqa.W_key.weight.shape == mqa.W_value.weight.shape == (3, 8)  # one key head of width d_h = 3
+    mha = MultiHeadAttention(8, 12, 6, 0.0, num_heads=4)
+    assert count_parameters(mha) - count_parameters(mqa) == 2 * (12 - 3) * 8
+
+
+def test_from_multihead_mean_pools_the_key_and_value_heads_of_each_group():
+    mha = MultiHeadAttention(5, 12, 6, 0.25, num_heads=6, qkv_bias=True).double().eval()
+    gqa = GroupedQueryAttention.from_multihead(mha, num_kv_groups=2)
+    assert gqa.W_key.weight.dtype == torch.float64 and gqa.dropout.p == 0.25 and not gqa.training
+    key_heads = mha.W_key.weight.view(6, 2, 5)  # (h, d_h, d_in)
+    for g in range(2):  # group g = query heads 3g, 3g+1, 3g+2
+        expected = key_heads[3 * g : 3 * g + 3].mean(0)
+        torch.testing.assert_close(gqa.W_key.weight.view(2, 2, 5)[g], expected)
+        expected_bias = mha.W_value.bias.view(6, 2)[3 * g : 3 * g + 3].mean(0)
+        torch.testing.assert_close(gqa.W_value.bias.view(2, 2)[g], expected_bias)
+    assert torch.equal(gqa.W_query.weight, mha.W_query.weight) and torch.equal(gqa.out_proj.weight, mha.out_proj.weight)
+
+
+def test_from_multihead_recovers_a_module_whose_heads_already_agree_within_groups():
+    gqa = GroupedQueryAttention(4, 8, 6, 0.0, num_heads=4, num_kv_groups=2, qkv_bias=True).eval()
+    back = GroupedQueryAttention.from_multihead(expanded_multihead(gqa), num_kv_groups=2)
+    x = random_batch(2, 6, 4)
+    torch.testing.assert_close(back(x), gqa(x), **TOL)
+
+
+def test_from_multihead_follows_the_training_mode():
+    mha = MultiHeadAttention(4, 8, 6, 0.1, num_heads=4).train()
+    assert GroupedQueryAttention.from_multihead(mha, 2).training
+
+
+def test_num_kv_groups_must_divide_num_heads():
+    with pytest.raises(ValueError, match=r"num_kv_groups \(3\) must divide num_heads \(8\).*among 1, 2, 4, 8 "
+                                         r"\(the divisors of 8\): 8 is multi-head attention, 1 is multi-query"):
+        GroupedQueryAttention(8, 16, 6, 0.0, num_heads=8, num_kv_groups=3)
+    with pytest.raises(ValueError, match=r"num_kv_groups \(4\) must divide num_heads \(2\)"):
+        GroupedQueryAttention(8, 4, 6, 0.0, num_heads=2, num_kv_groups=4)
+    with pytest.raises(ValueError, match="num_kv_groups must be a positive integer, got 0"):
+        GroupedQueryAttention(8, 4, 6, 0.0, num_heads=2, num_kv_groups=0)
+    with pytest.raises(TypeError, match=r"num_kv_groups must be a positive integer, got 2\.0"):
+        GroupedQueryAttention(8, 4, 6, 0.0, num_heads=2, num_kv_groups=2.0)
+    with pytest.raises(ValueError, match=r"num_kv_groups \(3\) must divide num_heads \(4\)"):
+        GroupedQueryAttention.from_multihead(MultiHeadAttention(8, 8, 6, 0.0, 4), num_kv_groups=3)
+    with pytest.raises(TypeError, match=r"mha must be a MultiHeadAttention, got GroupedQueryAttention.*from_fast"):
+        GroupedQueryAttention.from_multihead(GroupedQueryAttention(8, 8, 6, 0.0, 4, 2), num_kv_groups=2)
+
+
+@CUDA
+def test_runs_on_cuda_with_a_cache():
+    from mha_course import KVCache
+
+    gqa = GroupedQueryAttention(4, 8, 6, 0.0, num_heads=4, num_kv_groups=2).eval()
+    x = random_batch(2, 6, 4)
+    expected = gqa(x)
+    gqa = gqa.cuda()
+    cache = KVCache()
+    out = torch.cat([gqa(x[:, :4].cuda(), cache=cache), gqa(x[:, 4:].cuda(), cache=cache)], dim=1)
+    assert out.is_cuda and cache.keys.is_cuda
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-4, atol=1e-5)

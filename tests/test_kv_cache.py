@@ -1,0 +1,162 @@
+"""The KV cache: decoding with it gives exactly what recomputing the whole prefix gives; misuse is refused clearly."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mha_course import GroupedQueryAttention, KVCache, random_batch
+
+TOL = dict(rtol=1e-5, atol=1e-6)
+DIVISORS = {h: [g for g in range(1, h + 1) if h % g == 0] for h in range(1, 9)}
+
+
+def _gqa(num_heads=4, num_kv_groups=2, head_dim=2, d_in=5, context_length=8, qkv_bias=False, dropout=0.0):
+    return GroupedQueryAttention(d_in, num_heads * head_dim, context_length, dropout, num_heads, num_kv_groups,
+                                 qkv_bias).eval()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    d_in=st.integers(1, 6),
+    head_dim=st.integers(1, 4),
+    num_heads=st.integers(1, 8),
+    group_index=st.integers(0, 3),
+    batch=st.integers(1, 3),
+    tokens=st.integers(1, 10),
+    extra_context=st.integers(0, 3),
+    qkv_bias=st.booleans(),
+    seed=st.integers(0, 2**16),
+    data=st.data(),
+)
+def test_cached_decoding_equals_recomputing_the_prefix(d_in, head_dim, num_heads, group_index, batch, tokens,
+                                                       extra_context, qkv_bias, seed, data):
+    """Any split of a sequence into chunks (a prompt, then tokens one by one, or anything else)."""
+    torch.manual_seed(seed)
+    groups = DIVISORS[num_heads][group_index % len(DIVISORS[num_heads])]
+    gqa = _gqa(num_heads, groups, head_dim, d_in, tokens + extra_context, qkv_bias)
+    x = random_batch(batch, tokens, d_in, seed=seed)
+    cuts = sorted(data.draw(st.sets(st.integers(1, tokens - 1)), label="cuts")) if tokens > 1 else []
+    bounds = [0, *cuts, tokens]
+    cache = KVCache()
+    outputs = []
+    for start, end in pairwise(bounds):
+        out = gqa(x[:, start:end], cache=cache)
+        recomputed = gqa(x[:, :end])  # the whole prefix, without a cache
+        torch.testing.assert_close(out, recomputed[:, start:end], **TOL)
+        assert len(cache) == end
+        outputs.append(out)
+    assert cache.keys.shape == cache.values.shape == (batch, groups, tokens, head_dim)
+    torch.testing.assert_close(torch.cat(outputs, dim=1), gqa(x), **TOL)
+
+
+def test_the_cache_holds_the_keys_and_values_of_every_position():
+    gqa = _gqa()
+    x = random_batch(2, 6, 5)
+    cache = KVCache()
+    for t in range(6):
+        gqa(x[:, t : t + 1], cache=cache)
+    expected_keys = gqa.W_key(x).view(2, 6, 2, 2).transpose(1, 2)  # (B, g, T, d_h)
+    torch.testing.assert_close(cache.keys, expected_keys, **TOL)
+    torch.testing.assert_close(cache.values, gqa.W_value(x).view(2, 6, 2, 2).transpose(1, 2), **TOL)
+
+
+def test_the_cache_is_what_the_later_tokens_read():
+    """Proof that the cache is used: corrupting it changes the next step's output."""
+    gqa = _gqa()
+    x = random_batch(1, 4, 5)
+    cache = KVCache()
+    gqa(x[:, :3], cache=cache)
+    honest = gqa(x[:, 3:], cache=cache)
+    cache.reset()
+    gqa(x[:, :3], cache=cache)
+    cache.values = cache.values + 1.0
+    assert not torch.allclose(gqa(x[:, 3:], cache=cache), honest, atol=1e-4)
+
+
+def test_reset_starts_a_new_sequence():
+    gqa = _gqa(context_length=6)
+    first, second = random_batch(2, 6, 5, seed=1), random_batch(3, 4, 5, seed=2)
+    cache = KVCache()
+    for t in range(6):
+        gqa(first[:, t : t + 1], cache=cache)
+    cache.reset()
+    assert len(cache) == 0 and cache.keys is None and cache.values is None
+    out = torch.cat([gqa(second[:, t : t + 1], cache=cache) for t in range(4)], dim=1)  # another batch size too
+    torch.testing.assert_close(out, gqa(second), **TOL)
+    assert repr(cache) == "KVCache(4 positions, batch=3, kv_heads=2, head_dim=2)"
+    cache.reset()
+    assert repr(cache) == "KVCache(empty)"
+
+
+def test_without_a_cache_nothing_is_kept():
+    gqa = _gqa()
+    x = random_batch(1, 4, 5)
+    torch.testing.assert_close(gqa(x, cache=None), gqa(x))
+
+
+def test_a_position_past_context_length_is_refused():
+    gqa = _gqa(context_length=5)
+    x = random_batch(1, 5, 5)
+    cache = KVCache()
+    gqa(x[:, :4], cache=cache)
+    with pytest.raises(ValueError, match=r"the cache holds 4 positions and x adds 2 more, 6 in all, but the module "
+                                         r"was built with context_length=5.*cache\.reset\(\).*context_length>=6"):
+        gqa(x[:, :2], cache=cache)
+    assert len(cache) == 4  # the refused call changed nothing
+    gqa(x[:, 4:5], cache=cache)  # exactly context_length is fine
+    with pytest.raises(ValueError, match="the cache holds 5 positions and x adds 1 more"):
+        gqa(x[:, :1], cache=cache)
+
+
+def test_a_batch_size_mismatch_is_refused():
+    gqa = _gqa()
+    cache = KVCache()
+    gqa(random_batch(2, 3, 5), cache=cache)
+    with pytest.raises(ValueError, match=r"batch of 2 sequences, but the new tokens come in a batch of 3 "
+                                         r"\(x\.shape\[0\]\).*cache\.reset\(\)"):
+        gqa(random_batch(3, 1, 5), cache=cache)
+    assert len(cache) == 3
+
+
+def test_a_cache_shared_between_layers_is_refused():
+    cache = KVCache()
+    _gqa(num_kv_groups=2)(random_batch(1, 3, 5), cache=cache)
+    with pytest.raises(ValueError, match=r"holds 2 key/value heads of width 2, the new keys have 1 of width 2.*"
+                                         r"each attention layer its own KVCache"):
+        _gqa(num_kv_groups=1)(random_batch(1, 1, 5), cache=cache)
+
+
+def test_a_dtype_or_device_change_is_refused():
+    gqa = _gqa()
+    cache = KVCache()
+    gqa(random_batch(1, 3, 5), cache=cache)
+    with pytest.raises(TypeError, match=r"the cache holds torch\.float32 keys but the new keys are torch\.float64"
+                                        r".*cache\.reset\(\)"):
+        gqa.double()(random_batch(1, 1, 5).double(), cache=cache)
+    with pytest.raises(ValueError, match=r"the cache is on cpu but the new keys are on meta.*cache\.reset\(\)"):
+        gqa.to("meta")(torch.rand(1, 1, 5, device="meta", dtype=torch.float64), cache=cache)
+
+
+def test_the_cache_argument_is_checked():
+    with pytest.raises(TypeError, match=r"cache must be a KVCache or None, got dict\. Make one with KVCache\(\)"):
+        _gqa()(random_batch(1, 2, 5), cache={})
+    cache = KVCache()
+    with pytest.raises(ValueError, match=r"keys must be a 4-D tensor \(batch, num_kv_groups, num_new, head_dim\), "
+                                         r"got shape \(2, 3\)"):
+        cache.append(torch.rand(2, 3), torch.rand(2, 3))
+    with pytest.raises(ValueError, match=r"keys \(1, 2, 3, 4\) and values \(1, 2, 3, 5\) must have the same shape"):
+        cache.append(torch.rand(1, 2, 3, 4), torch.rand(1, 2, 3, 5))
+    assert len(cache) == 0
+
+
+def test_cached_decoding_with_dropout_in_training_mode_runs():
+    """Dropout acts on the weights over every visible position; the shapes stay right."""
+    gqa = _gqa(dropout=0.5).train()
+    cache = KVCache()
+    out = torch.cat([gqa(random_batch(2, 1, 5, seed=t), cache=cache) for t in range(4)], dim=1)
+    assert out.shape == (2, 4, 8) and torch.isfinite(out).all()
