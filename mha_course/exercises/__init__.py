@@ -1,15 +1,24 @@
 """The course's exercises, and the checks that grade them.
 
-Every exercise has an id (``"1.1"`` ... ``"5.2"``: chapter, then number), a name the learner's
+Every exercise has an id (``"1.1"`` ... ``"5.1"``: chapter, then number), a name the learner's
 answer goes by in the chapter notebook, checks that test its behaviour against the package's
-reference, and a catalogue of typical mistakes with the feedback meant for each. One call checks
-an answer and prints one line::
+reference on inputs drawn afresh for every run, and a catalogue of typical mistakes with the
+feedback meant for each. One call checks an answer and prints one line::
 
+    >>> import torch
     >>> from mha_course import check
-    >>> result = check("1.3", lambda position, num_tokens: list(range(position + 1)))
-    ✓ 1.3 passed (5 checks)
+    >>> def build_causal_mask(num_tokens, device=None):
+    ...     return torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=device).triu(1)
+    >>> result = check("1.1", build_causal_mask)
+    ✓ 1.1 passed (6 checks)
     >>> result.passed
     True
+
+An answer that is, or calls, the package's own answer to the exercise does not pass::
+
+    >>> from mha_course import causal_mask
+    >>> _ = check("1.1", causal_mask)
+    ✗ 1.1: written by you: expected code of your own, got mha_course's own causal_mask. This is mha_course's own causal_mask: write it yourself.
 
 The tools around the checks: :mod:`mha_course.exercises.student` writes the student edition of
 the chapter notebooks, :mod:`mha_course.exercises.grader` scores completed notebooks.
@@ -22,6 +31,7 @@ from typing import Any
 from . import chapter1, chapter2, chapter3, chapter4, chapter5
 from .framework import (ERROR, FAILED, MISSING, NOT_IMPLEMENTED, PASSED, CheckResult, Exercise,
                         error_result, judge, probe)
+from .shortcuts import Shortcut
 
 #: Every exercise of the course by id, in the order of the book.
 EXERCISES: dict[str, Exercise] = {
@@ -62,8 +72,11 @@ def check(exercise_id: str, answer: Any) -> CheckResult:
 
     Example:
         >>> import torch
-        >>> _ = check("1.1", lambda n, device=None: torch.tril(torch.ones(n, n, dtype=torch.bool, device=device), 0))
-        ✗ 1.1: mask for 3 tokens: expected row 0 = [False, True, True], got [True, False, False]. You returned the visibility table (True where a token MAY look). The mask is its opposite: True where attention is forbidden, the future positions j > i.
+        >>> visibility_table = lambda n, device=None: torch.ones(n, n, dtype=torch.bool, device=device).tril()
+        >>> result = check("1.1", visibility_table)  # doctest: +ELLIPSIS
+        ✗ 1.1: mask for a short sequence: expected row 0 = [False, True...] for build_causal_mask(...), got [True, False...]. You returned the visibility table (True where a token MAY look). The mask is its opposite: True where attention is forbidden, the future positions j > i.
+        >>> result.mistake
+        'visibility-table'
     """
     result = run_check(exercise_id, answer)
     print(result.line)
@@ -81,4 +94,5 @@ __all__ = [
     "NOT_IMPLEMENTED",
     "MISSING",
     "ERROR",
+    "Shortcut",
 ]

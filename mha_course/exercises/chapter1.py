@@ -1,4 +1,4 @@
-"""Exercises of chapter 1, one causal head: the mask, the forward pass, what a token may see."""
+"""Exercises of chapter 1, one causal head: the mask, the forward pass, the shapes along the way."""
 
 from __future__ import annotations
 
@@ -7,73 +7,69 @@ from torch.func import functional_call
 
 from ..causal_attention import CausalAttention
 from ..data import random_batch, running_example
-from ..device import get_device
 from ..masking import causal_mask, visibility
-from .framework import (Check, Exercise, Failed, Mistake, Recorder, describe, expect_close, expect_shape,
-                        plain, same, tensor_of, value_of)
+from .framework import Check, Exercise, Mistake
+from .probes import (KEEP, batch, causality_check, connected_check, device_check, draw, error_on_device,
+                     future_changed, matrices, probe_backward, probe_on_devices)
+from .records import (Failed, Recorder, describe, expect_close, expect_shape, format_shape, plain, same, seed_of,
+                      tensor_of, value_of)
+from .shortcuts import attention_modules, package, torch_attention
 
 # ----------------------------------------------------------------------------------------------
 # 1.1 Build the causal mask
 
 
+def mask_sizes(seed: int) -> dict[str, int]:
+    """The two sequence lengths 1.1 is asked about in one run (besides a single token)."""
+    return {"1": 1, **draw(seed, "1.1", {"short": (2, 6), "long": (7, 16)})}
+
+
 def _probe_mask(build_causal_mask, rec: Recorder) -> None:
-    for n in (1, 3, 6):
-        rec.call(f"mask_{n}", build_causal_mask, n)
-    device = get_device()
-    rec.note("device_asked", str(device))
-    rec.call("mask_on_device", build_causal_mask, 4, device=device)
+    for key, n in mask_sizes(rec.seed).items():
+        rec.call(f"mask_{key}", build_causal_mask, n)
+    probe_on_devices(rec, "mask_on", lambda device: build_causal_mask(4, device=device))
 
 
-def _mask_check(n: int):
+def _mask_check(key: str):
     def run(record):
-        got = tensor_of(record, f"mask_{n}", f"build_causal_mask({n})")
+        n = mask_sizes(seed_of(record))[key]
+        got = tensor_of(record, f"mask_{key}", f"build_causal_mask({n})")
         expect_shape(got, (n, n))
         if got.dtype != torch.bool:
             raise Failed("a bool tensor", f"dtype {str(got.dtype).removeprefix('torch.')}",
                          "masked_fill needs a boolean mask: build it with dtype=torch.bool.")
-        expect_close(got, causal_mask(n), labels=("row",))
+        expect_close(got, causal_mask(n), labels=("row",), where=f"for build_causal_mask({n})")
     return run
 
 
-def _mask_device(record):
-    got = value_of(record, "mask_on_device", "build_causal_mask(4, device=...)")
-    asked = plain(record["device_asked"])
-    if got.get("kind") != "tensor":
-        raise Failed("a torch.Tensor", describe(got))
-    if torch.device(got["device"]).type != torch.device(asked).type:
-        raise Failed(f"a mask on {asked}", f"one on {got['device']}",
-                     "Create the tensor on the device you are given: torch.ones(..., device=device).")
-
-
-def _mask_returned(record):
-    tensor_of(record, "mask_3", "build_causal_mask(3)")
-
-
 def _mask_like(pattern) -> callable:
-    """A detector: the 6-token answer, read as booleans, equals ``pattern(ones)``."""
+    """A detector: the long answer, read as booleans, equals ``pattern(ones)``."""
     def detect(record):
-        got = record["mask_6"]["value"]
-        return got.dtype == torch.bool and same(got, pattern(torch.ones(6, 6, dtype=torch.bool)))
+        got = record["mask_long"]["value"]
+        n = got.shape[0]
+        return got.dtype == torch.bool and same(got, pattern(torch.ones(n, n, dtype=torch.bool)))
     return detect
 
 
 def _numeric_causal(record) -> bool:
-    got = record["mask_6"]["value"]
+    got = record["mask_long"]["value"]
     if got.dtype == torch.bool or (got.is_floating_point() and not bool(torch.isfinite(got).all())):
         return False
-    return same(got != 0, causal_mask(6))
+    return same(got != 0, causal_mask(got.shape[0]))
 
 
 def _additive(record) -> bool:
-    got = record["mask_6"]["value"]
-    return got.is_floating_point() and same(torch.isneginf(got), causal_mask(6)) and bool(
-        (got[~causal_mask(6)] == 0).all())
+    got = record["mask_long"]["value"]
+    future = causal_mask(got.shape[0])
+    return got.is_floating_point() and same(torch.isneginf(got), future) and bool((got[~future] == 0).all())
 
 
 def _device_ignored(record) -> bool:
-    got = record["mask_on_device"]
-    return got["kind"] == "tensor" and same(got["value"], causal_mask(4)) and (
-        torch.device(got["device"]).type != torch.device(plain(record["device_asked"])).type)
+    for device in plain(record["mask_on:devices"]):
+        got = record[f"mask_on@{torch.device(device).type}"]
+        if got["kind"] == "tensor" and got["device"] == "cpu" and same(got["value"], causal_mask(4)):
+            return True
+    return False
 
 
 MASK = Exercise(
@@ -83,11 +79,11 @@ MASK = Exercise(
     signature="build_causal_mask(num_tokens, device=None)",
     probe=_probe_mask,
     checks=(
-        Check("returns a tensor", _mask_returned),
-        Check("mask for 3 tokens", _mask_check(3)),
-        Check("mask for 6 tokens", _mask_check(6)),
-        Check("mask for a single token", _mask_check(1)),
-        Check("mask on the requested device", _mask_device),
+        Check("returns a tensor", lambda r: tensor_of(r, "mask_short", "build_causal_mask(n)")),
+        Check("mask for a short sequence", _mask_check("short")),
+        Check("mask for a long sequence", _mask_check("long")),
+        Check("mask for a single token", _mask_check("1")),
+        Check("mask on the requested device", device_check("mask_on", "build_causal_mask(4, device=...)")),
     ),
     mistakes=(
         Mistake("diagonal-masked",
@@ -121,46 +117,36 @@ MASK = Exercise(
                 "the scores live, so create it there: torch.ones(..., device=device).",
                 _device_ignored),
     ),
+    shortcuts=package(causal_mask, visibility),
 )
 
 # ----------------------------------------------------------------------------------------------
 # 1.2 One causal head's forward pass
 
 
-def _head_inputs():
-    """Two fixed cases: the running sentence with d_out = 2, and a random batch with d_out = 8."""
-    generator = torch.Generator().manual_seed(123)
-    running = (running_example(batch=True),) + tuple(torch.rand(3, 2, generator=generator) for _ in range(3))
-    generator = torch.Generator().manual_seed(7)
-    x = random_batch(2, 5, 4, seed=3)
-    # d_out (8) differs from d_in (4), so scaling by the wrong width shows.
-    weights = tuple(0.5 * torch.randn(4, 8, generator=generator) for _ in range(3))
-    return running, (x,) + weights
-
-
-def _future_changed(x: torch.Tensor, keep: int) -> torch.Tensor:
-    """``x`` with every token from position ``keep`` on replaced by different numbers."""
-    changed = x.clone()
-    changed[:, keep:] = random_batch(x.shape[0], x.shape[1] - keep, x.shape[2], seed=99)
-    return changed
-
-
-KEEP = 3  # the causality probe changes tokens 3, 4 and checks tokens 0, 1, 2
+def head_cases(seed: int) -> dict:
+    """The two inputs of one run: the running sentence with ``d_out = 2``, and a random batch
+    whose ``d_out`` differs from ``d_in``, so that scaling by the wrong width shows."""
+    sizes = draw(seed, "1.2 sizes", {"batch": (1, 3), "tokens": (KEEP + 2, 8), "d_in": (2, 6), "d_out": (7, 10)})
+    x, label = batch(seed, "1.2 batch", sizes["batch"], sizes["tokens"], sizes["d_in"])
+    return {
+        "running": ((running_example(batch=True), *matrices(seed, "1.2 running", 3, 3, 2)),
+                    "the running example with d_out=2"),
+        "random": ((x, *matrices(seed, "1.2 weights", 3, sizes["d_in"], sizes["d_out"])),
+                   f"x = {label} with d_out={sizes['d_out']}"),
+    }
 
 
 def _probe_head(forward, rec: Recorder) -> None:
-    running, rand = _head_inputs()
-    rec.call("running", forward, *running)
-    rec.call("random", forward, *rand)
-    rec.call("future_changed", forward, _future_changed(rand[0], KEEP), *rand[1:])
+    cases = head_cases(rec.seed)
+    for key, (inputs, _) in cases.items():
+        rec.call(key, forward, *inputs)
+    rand = cases["random"][0]
+    rec.call("future_changed", forward, future_changed(rand[0], rec.seed), *rand[1:])
     leaves = [t.clone().requires_grad_() for t in rand]
-    out = rec.call("grad_out", forward, *leaves)
-    if isinstance(out, torch.Tensor) and out.requires_grad:
-        rec.call("backward", lambda: out.sum().backward())
+    probe_backward(rec, "grad_out", rec.call("grad_out", forward, *leaves))
     rec.note("grads", [leaf.grad for leaf in leaves])
-    device = get_device()
-    rec.note("device_asked", str(device))
-    rec.call("on_device", forward, *(t.to(device) for t in rand))
+    probe_on_devices(rec, "on", lambda device: forward(*(t.to(device) for t in rand)))
 
 
 def reference_head(x, W_query, W_key, W_value) -> torch.Tensor:
@@ -172,65 +158,34 @@ def reference_head(x, W_query, W_key, W_value) -> torch.Tensor:
     return functional_call(head, params, (x,))
 
 
-def _head_shape(key: str, what: str):
+def _head_shape(key: str):
     def run(record):
-        running, rand = _head_inputs()
-        inputs = running if key == "running" else rand
-        got = tensor_of(record, key, what)
-        expect_shape(got, (*inputs[0].shape[:2], inputs[1].shape[1]))
+        inputs, label = head_cases(seed_of(record))[key]
+        got = tensor_of(record, key, label)
+        expected = (*inputs[0].shape[:2], inputs[1].shape[1])
+        if tuple(got.shape) != expected:
+            raise Failed(f"shape {format_shape(expected)} for {label}", f"shape {format_shape(got.shape)}")
     return run
 
 
-def _head_values(key: str, what: str):
+def _head_values(key: str):
     def run(record):
-        running, rand = _head_inputs()
-        inputs = running if key == "running" else rand
+        inputs, label = head_cases(seed_of(record))[key]
         with torch.no_grad():
             expected = reference_head(*inputs)
-        expect_close(tensor_of(record, key, what), expected, labels=("sequence", "token"))
+        expect_close(tensor_of(record, key, label), expected, labels=("sequence", "token"), where=f"for {label}")
     return run
-
-
-def _head_causal(record):
-    before = tensor_of(record, "random")
-    after = tensor_of(record, "future_changed", "the call with later tokens changed")
-    expect_shape(after, tuple(before.shape))
-    for name, out in (("the first call", before), ("the call with later tokens changed", after)):
-        if bool(out[:, :KEEP].isnan().any()):
-            token = int(out[:, :KEEP].isnan().any(dim=-1).any(dim=0).nonzero()[0])
-            raise Failed(f"numbers for tokens 0-{KEEP - 1}", f"NaN in token {token}'s output in {name}")
-    change = (after[:, :KEEP] - before[:, :KEEP]).abs()
-    if change.max() > 1e-5:
-        token = int(change.amax(dim=(0, 2)).argmax())
-        raise Failed(f"tokens 0-{KEEP - 1} unchanged when only tokens {KEEP} and later change",
-                     f"token {token} changed by {float(change.max()):.3g}")
 
 
 def _head_grads(record):
-    out = value_of(record, "grad_out")
-    if out.get("kind") != "tensor" or not out["requires_grad"]:
-        raise Failed("an output connected to the autograd graph",
-                     "an output that does not require grad",
-                     "Compute with torch operations on the given tensors: no torch.no_grad(), "
-                     ".detach(), .item() or NumPy along the way.")
-    value_of(record, "backward", "backward()")
-    _, rand = _head_inputs()
+    connected_check(record, "grad_out")
+    rand = head_cases(seed_of(record))["random"][0]
     leaves = [t.clone().requires_grad_() for t in rand]
     reference_head(*leaves).sum().backward()
-    names = ("x", "W_query", "W_key", "W_value")
-    for name, got, leaf in zip(names, plain(record["grads"]), leaves):
+    for name, got, leaf in zip(("x", "W_query", "W_key", "W_value"), plain(record["grads"]), leaves):
         if not isinstance(got, torch.Tensor):
             raise Failed(f"a gradient for {name}", "none: no gradient reached it")
         expect_close(got, leaf.grad, labels=(f"{name}.grad row",))
-
-
-def _head_device(record):
-    got = value_of(record, "on_device", "the call on the device")
-    asked = plain(record["device_asked"])
-    if got.get("kind") != "tensor":
-        raise Failed("a torch.Tensor", describe(got))
-    if torch.device(got["device"]).type != torch.device(asked).type:
-        raise Failed(f"an output on {asked}, where the inputs are", f"one on {got['device']}")
 
 
 def head_variant(x, W_query, W_key, W_value, *, mask="causal", fill=float("-inf"), softmax_dim=-1,
@@ -259,12 +214,13 @@ def head_variant(x, W_query, W_key, W_value, *, mask="causal", fill=float("-inf"
 
 def _head_like(**how):
     def detect(record):
-        running, rand = _head_inputs()
+        cases = head_cases(seed_of(record))
         with torch.no_grad():
-            return (same(record["running"]["value"], head_variant(*running, **how))
-                    and same(record["random"]["value"], head_variant(*rand, **how)))
+            return all(same(record[key]["value"], head_variant(*inputs, **how)) for key, (inputs, _) in cases.items())
     return detect
 
+
+_DEVICE_CHECK = "output on the input's device"
 
 HEAD = Exercise(
     id="1.2",
@@ -273,13 +229,13 @@ HEAD = Exercise(
     signature="causal_attention_forward(x, W_query, W_key, W_value)",
     probe=_probe_head,
     checks=(
-        Check("output shape on the running example", _head_shape("running", "the running example")),
-        Check("output shape on a random batch", _head_shape("random", "a random batch")),
-        Check("no future-token leak", _head_causal),
-        Check("values on the running example", _head_values("running", "the running example")),
-        Check("values on a random batch (d_in=4, d_out=8)", _head_values("random", "a random batch")),
+        Check("output shape on the running example", _head_shape("running")),
+        Check("output shape on a random batch", _head_shape("random")),
+        Check("no future-token leak", causality_check("random", "future_changed")),
+        Check("values on the running example", _head_values("running")),
+        Check("values on a random batch whose d_out differs from d_in", _head_values("random")),
         Check("gradients reach x and all three weights", _head_grads),
-        Check("output on the input's device", _head_device),
+        Check(_DEVICE_CHECK, device_check("on", "causal_attention_forward")),
     ),
     mistakes=(
         Mistake("no-mask",
@@ -325,100 +281,153 @@ HEAD = Exercise(
                 "You multiplied the attention weights by the keys. Context vectors are weighted sums "
                 "of the values: weights @ values.",
                 _head_like(mix="keys")),
+        Mistake("mask-on-cpu",
+                "Your mask is built on the CPU whatever the input's device, and masked_fill cannot mix "
+                "devices. Build it where the scores are: build_causal_mask(num_tokens, device=x.device).",
+                lambda record: error_on_device(record, "on", "expected device", "same device"),
+                (_DEVICE_CHECK,)),
     ),
+    shortcuts=attention_modules() + torch_attention(
+        "This calls torch's fused attention, which does the scores, mask, softmax and weighted sum for "
+        "you: write those steps yourself."),
 )
 
 # ----------------------------------------------------------------------------------------------
-# 1.3 Which positions a token may see
+# 1.3 The shapes along one head's forward pass
 
-LENGTHS = (1, 3, 6)
-
-
-def _probe_visible(visible_positions, rec: Recorder) -> None:
-    for n in LENGTHS:
-        for i in range(n):
-            rec.call(f"visible_{i}_{n}", visible_positions, i, n)
+#: What 1.3 asks the shape of, in the order of the forward pass.
+SHAPE_KEYS = ("W_query.weight", "queries", "scores", "mask", "mask_used", "weights", "context")
+SIZE_NAMES = ("batch", "num_tokens", "d_in", "d_out", "context_length")
 
 
-def _positions(record, i: int, n: int) -> list[int]:
-    summary = value_of(record, f"visible_{i}_{n}", f"visible_positions({i}, {n})")
-    value = plain(summary)
-    if isinstance(value, torch.Tensor) and value.dim() == 1 and not value.is_floating_point():
-        return [int(v) for v in value.tolist()]
-    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        return list(value)
-    raise Failed("a list of whole numbers", describe(summary))
+def shape_cases(seed: int) -> dict[str, dict[str, int]]:
+    """Two sets of sizes per run, every size different from the others so that mix-ups show."""
+    cases = {}
+    for key in ("a", "b"):
+        sizes = draw(seed, f"1.3 {key}", {"batch": (2, 5), "num_tokens": (3, 9), "d_in": (2, 12),
+                                          "d_out": (2, 12), "extra": (1, 6)})
+        sizes["context_length"] = sizes["num_tokens"] + sizes.pop("extra")
+        while len({*sizes.values()}) < len(sizes):  # context_length collided: lengthen it
+            sizes["context_length"] += 1
+        cases[key] = sizes
+    return cases
 
 
-def _expected_positions(i: int, n: int) -> list[int]:
-    return visibility(n)[i].nonzero().flatten().tolist()
+def measured_shapes(sizes: dict[str, int]) -> dict[str, tuple[int, ...]]:
+    """The shapes, measured on the package's CausalAttention run on a random batch of ``sizes``."""
+    with torch.random.fork_rng(devices=[]):
+        head = CausalAttention(sizes["d_in"], sizes["d_out"], sizes["context_length"], dropout=0.0)
+    x = random_batch(sizes["batch"], sizes["num_tokens"], sizes["d_in"])
+    t = sizes["num_tokens"]
+    with torch.no_grad():
+        weights = head.attention_weights(x)
+        return {"W_query.weight": tuple(head.W_query.weight.shape), "queries": tuple(head.W_query(x).shape),
+                "scores": tuple(weights.shape), "mask": tuple(head.mask.shape),
+                "mask_used": tuple(head.mask[:t, :t].shape), "weights": tuple(weights.shape),
+                "context": tuple(head(x).shape)}
 
 
-def _visible_case(i: int, n: int):
+def _call(sizes: dict[str, int]) -> str:
+    return "head_shapes(" + ", ".join(f"{name}={sizes[name]}" for name in SIZE_NAMES) + ")"
+
+
+def _probe_shapes(head_shapes, rec: Recorder) -> None:
+    for key, sizes in shape_cases(rec.seed).items():
+        rec.call(key, head_shapes, *(sizes[name] for name in SIZE_NAMES))
+
+
+def _answer(record, key: str) -> dict:
+    sizes = shape_cases(seed_of(record))[key]
+    summary = value_of(record, key, _call(sizes))
+    answer = plain(summary)
+    if not isinstance(answer, dict) or any(k not in answer for k in SHAPE_KEYS):
+        raise Failed(f"a dict with the keys {', '.join(SHAPE_KEYS)}", describe(summary))
+    return answer
+
+
+def _as_shape(value) -> tuple | None:
+    if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return tuple(value)
+    return None
+
+
+def _shape_check(case: str, keys=SHAPE_KEYS):
     def run(record):
-        got = _positions(record, i, n)
-        if got != _expected_positions(i, n):
-            raise Failed(f"visible_positions({i}, {n}) = {_expected_positions(i, n)}", str(got))
+        sizes = shape_cases(seed_of(record))[case]
+        answer, expected = _answer(record, case), measured_shapes(sizes)
+        for key in keys:
+            got = _as_shape(answer[key])
+            if got != expected[key]:
+                raise Failed(f"{key} of shape {format_shape(expected[key])} for {_call(sizes)}",
+                             format_shape(got) if got is not None else repr(answer[key]))
     return run
 
 
-def _visible_all(record):
-    for n in LENGTHS:
-        for i in range(n):
-            _visible_case(i, n)(record)
-
-
-def _visible_stable(record):
-    # A token's view depends only on its own position, not on how long the sentence grows.
-    for i in range(3):
-        if _positions(record, i, 3) != _positions(record, i, 6):
-            raise Failed(f"visible_positions({i}, 3) == visible_positions({i}, 6)",
-                         f"{_positions(record, i, 3)} and {_positions(record, i, 6)}")
-
-
-def _visible_like(rule):
+def _shape_is(key: str, rule) -> callable:
+    """A detector: the answer's ``key`` is ``rule(sizes)`` in both cases."""
     def detect(record):
-        return all(_positions(record, i, n) == list(rule(i, n)) for n in LENGTHS for i in range(n))
+        return all(_as_shape(plain(record[case])[key]) == rule(**sizes)
+                   for case, sizes in shape_cases(seed_of(record)).items())
     return detect
 
 
-VISIBLE = Exercise(
+def _about(key: str) -> tuple[str, ...]:
+    return (f"{key}", "every shape for a second set of sizes")
+
+
+SHAPES = Exercise(
     id="1.3",
-    title="which positions a token may see",
-    answer_name="visible_positions",
-    signature="visible_positions(position, num_tokens)",
-    probe=_probe_visible,
+    title="the shapes along one head's forward pass",
+    answer_name="head_shapes",
+    signature="head_shapes(batch, num_tokens, d_in, d_out, context_length)",
+    probe=_probe_shapes,
     checks=(
-        Check("returns a list of positions", lambda r: _positions(r, 0, 3)),
-        Check("the first token", _visible_case(0, 3)),
-        Check("the last token", _visible_case(2, 3)),
-        Check("every token of the six-word sentence", _visible_all),
-        Check("a token's view does not depend on later tokens", _visible_stable),
+        Check("returns a dict of the seven shapes", lambda r: _answer(r, "a")),
+        *(Check(key, _shape_check("a", (key,))) for key in SHAPE_KEYS),
+        Check("every shape for a second set of sizes", _shape_check("b")),
     ),
     mistakes=(
-        Mistake("excludes-itself",
-                "A token may see itself: include its own position (range(position + 1)).",
-                _visible_like(lambda i, n: range(i))),
-        Mistake("forbidden-positions",
-                "You listed the positions the token may NOT see, the ones after it. Causal attention "
-                "allows the opposite: positions 0 up to and including its own.",
-                _visible_like(lambda i, n: range(i + 1, n))),
-        Mistake("sees-the-future",
-                "You listed the token and the positions after it: that is the future, which the causal "
-                "mask hides. A token sees itself and the positions before it.",
-                _visible_like(lambda i, n: range(i, n))),
-        Mistake("sees-everything",
-                "Every token sees the whole sentence in your answer: that is bidirectional attention. "
-                "With the causal mask token i sees positions 0 to i only.",
-                _visible_like(lambda i, n: range(n))),
-        Mistake("counts-from-one",
-                "Positions count from 0 here, as tensor indices do: the first token is position 0 and "
-                "sees [0].",
-                _visible_like(lambda i, n: range(1, i + 2))),
+        Mistake("linear-weight-transposed",
+                "nn.Linear stores its weight as (out_features, in_features) and computes x @ weight.T, "
+                "so W_query.weight is (d_out, d_in).",
+                _shape_is("W_query.weight", lambda d_in, d_out, **_: (d_in, d_out)), _about("W_query.weight")),
+        Mistake("queries-input-width",
+                "A query is the projection of a token: d_out numbers, not d_in. queries is "
+                "(batch, num_tokens, d_out).",
+                _shape_is("queries", lambda batch, num_tokens, d_in, **_: (batch, num_tokens, d_in)), _about("queries")),
+        Mistake("scores-like-queries",
+                "The scores compare every query with every key: one number per (query, key) pair, so "
+                "the last two axes are both num_tokens, (batch, num_tokens, num_tokens). The width d_out "
+                "is summed away by the dot product.",
+                _shape_is("scores", lambda batch, num_tokens, d_out, **_: (batch, num_tokens, d_out)), _about("scores")),
+        Mistake("scores-without-batch",
+                "Every sequence of the batch gets its own score matrix: (batch, num_tokens, num_tokens).",
+                _shape_is("scores", lambda num_tokens, **_: (num_tokens, num_tokens)), _about("scores")),
+        Mistake("mask-per-input",
+                "The mask buffer is built once, when the module is built, for the longest input it "
+                "accepts: (context_length, context_length). A shorter input uses its top-left corner.",
+                _shape_is("mask", lambda num_tokens, **_: (num_tokens, num_tokens)), _about("mask")),
+        Mistake("mask-used-whole",
+                "An input of num_tokens tokens uses the buffer's top-left corner, "
+                "mask[:num_tokens, :num_tokens], so that it lines up with the scores: (num_tokens, num_tokens).",
+                _shape_is("mask_used", lambda context_length, **_: (context_length, context_length)), _about("mask_used")),
+        Mistake("weights-like-values",
+                "The attention weights are the softmax of the scores, row by row: the same shape as the "
+                "scores, (batch, num_tokens, num_tokens).",
+                _shape_is("weights", lambda batch, num_tokens, d_out, **_: (batch, num_tokens, d_out)), _about("weights")),
+        Mistake("context-input-width",
+                "A context vector is a weighted sum of value vectors, which are d_out wide: "
+                "(batch, num_tokens, d_out).",
+                _shape_is("context", lambda batch, num_tokens, d_in, **_: (batch, num_tokens, d_in)), _about("context")),
+        Mistake("context-like-weights",
+                "The weights (batch, num_tokens, num_tokens) multiply the values (batch, num_tokens, d_out): "
+                "the context is (batch, num_tokens, d_out).",
+                _shape_is("context", lambda batch, num_tokens, **_: (batch, num_tokens, num_tokens)), _about("context")),
     ),
+    shortcuts=attention_modules() + torch_attention(
+        "This runs torch's attention to measure the shapes: predict them from the arguments."),
 )
 
-EXERCISES = (MASK, HEAD, VISIBLE)
+EXERCISES = (MASK, HEAD, SHAPES)
 
-__all__ = ["EXERCISES", "reference_head", "head_variant"]
-
+__all__ = ["EXERCISES", "reference_head", "head_variant", "head_cases", "mask_sizes", "shape_cases", "measured_shapes"]

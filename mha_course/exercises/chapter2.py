@@ -1,38 +1,43 @@
-"""Exercises of chapter 2, stacked heads: a wrapper of CausalAttention heads, and what it costs."""
+"""Exercises of chapter 2, stacked heads: a wrapper of CausalAttention heads, a wrapper of a given
+width, and what stacked heads cost."""
 
 from __future__ import annotations
 
-import functools
-
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..causal_attention import CausalAttention
-from ..cost import count_parameters, parameter_count
-from ..data import random_batch, running_example
-from ..device import get_device
+from ..cost import cost_by_heads, count_parameters, parameter_count
+from ..data import running_example
 from ..multihead import MultiHeadAttention
 from ..wrapper import MultiHeadAttentionWrapper
-from .framework import (Check, Exercise, Failed, Mistake, Recorder, describe, expect_close, expect_shape,
-                        int_of, plain, same, tensor_of, value_of)
+from .framework import Check, Exercise, Mistake
+from .probes import (batch, causality_check, connected_check, device_check, draw, future_changed,
+                     module_class_check, probe_backward, probe_module_class, probe_on_devices)
+from .records import (Failed, Recorder, describe, expect_close, expect_shape, int_of, plain, same, seed_of,
+                      tensor_of, value_of)
+from .shortcuts import attention_modules, package
 
 # ----------------------------------------------------------------------------------------------
 # 2.1 A wrapper of CausalAttention heads
 
-#: The constructions the probe tries: (d_in, d_out per head, context_length, dropout, num_heads).
-CASES = {"two": (3, 2, 6, 0.0, 2), "three": (4, 3, 5, 0.0, 3)}
-KEEP = 3  # the causality probe changes tokens 3 and later
+DROPOUT = 0.5  # the dropout probe's rate: half the weights dropped, the rest doubled
 
 
-def _case_input(case: str) -> torch.Tensor:
-    d_in, _, context_length, _, _ = CASES[case]
-    return random_batch(2 if case == "two" else 1, context_length, d_in, seed=21 if case == "two" else 22)
+def stacked_cases(seed: int) -> dict[str, tuple]:
+    """Constructor arguments ``(d_in, d_out per head, context_length, dropout, num_heads)`` per case."""
+    sizes = draw(seed, "2.1", {"d_in": (2, 6), "d_out": (2, 5), "num_heads": (3, 5)}, distinct=False)
+    return {
+        "two": (3, 2, 6, 0.0, 2),
+        "more": (sizes["d_in"], sizes["d_out"], 7, 0.0, sizes["num_heads"]),
+        "dropout": (3, 2, 6, DROPOUT, 2),
+    }
 
 
-def _future_changed(x: torch.Tensor) -> torch.Tensor:
-    changed = x.clone()
-    changed[:, KEEP:] = random_batch(x.shape[0], x.shape[1] - KEEP, x.shape[2], seed=99)
-    return changed
+def _case_input(seed: int, case: str) -> tuple[torch.Tensor, str]:
+    d_in, _, context_length, _, _ = stacked_cases(seed)[case]
+    return batch(seed, f"2.1 {case}", 2, context_length, d_in)
 
 
 def _heads_in(module) -> list[CausalAttention]:
@@ -50,64 +55,68 @@ def _parameters(module) -> int:
 
 
 def _probe_stacked(cls, rec: Recorder) -> None:
-    rec.note("is_module_class", isinstance(cls, type) and issubclass(cls, nn.Module))
-    rec.note("type", "a class not derived from nn.Module" if isinstance(cls, type)
-             else f"an object of type {type(cls).__name__}")
-    for case, args in CASES.items():
+    probe_module_class(rec, cls)
+    for case, args in stacked_cases(rec.seed).items():
         module = rec.call(f"{case}_build", cls, *args)
         if module is None:
             continue
-        heads = _heads_in(module)
-        rec.note(f"{case}_heads", [_head_state(head) for head in heads])
+        rec.note(f"{case}_heads", [_head_state(head) for head in _heads_in(module)])
         rec.note(f"{case}_parameters", _parameters(module))
-        x = _case_input(case)
+        x, _ = _case_input(rec.seed, case)
+        if case == "dropout":
+            if isinstance(module, nn.Module):
+                module.train()
+            # Training mode, from a known random state: the judge replays the same draws.
+            torch.manual_seed(rec.seed)
+            rec.call("dropout_train", module, x)
+            if isinstance(module, nn.Module):
+                module.eval()
+            rec.call("dropout_eval", module, x)
+            rec.call("dropout_eval_again", module, x)
+            continue
         rec.call(f"{case}_out", module, x)
         if case != "two":
             continue
         rec.call("two_running", module, running_example(batch=True))
-        rec.call("two_future", module, _future_changed(x))
+        rec.call("two_future", module, future_changed(x, rec.seed))
         out = rec.call("two_grad_out", module, x)
-        if isinstance(out, torch.Tensor) and out.requires_grad:
-            rec.call("two_backward", lambda: out.sum().backward())
+        probe_backward(rec, "two_grad_out", out)
         rec.note("two_head_grads", [all(p.grad is not None and bool(p.grad.abs().sum() > 0)
-                                        for p in head.parameters()) for head in heads])
-        device = get_device()
-        rec.note("device_asked", str(device))
-        moved = rec.call("two_to_device", module.to, device) if isinstance(module, nn.Module) else None
-        if moved is not None:
-            rec.call("two_on_device", moved, x.to(device))
+                                        for p in head.parameters()) for head in _heads_in(module)])
+        if isinstance(module, nn.Module):
+            probe_on_devices(rec, "two_on", lambda device: module.to(device)(x.to(device)))
     biased = rec.call("bias_build", cls, 3, 2, 6, 0.0, 2, qkv_bias=True)
     rec.note("bias_parameters", _parameters(biased))
 
 
-def _stacked_is_class(record):
-    if not plain(record["is_module_class"]):
-        raise Failed("a class derived from nn.Module", plain(record["type"]),
-                     "Pass the class itself, e.g. check(\"2.1\", StackedHeads), not an instance or a function.")
+def _call_text(args: tuple, **extra) -> str:
+    return "StackedHeads(" + ", ".join([*map(str, args), *(f"{k}={v}" for k, v in extra.items())]) + ")"
 
 
-def _call_text(case: str) -> str:
-    return "StackedHeads(" + ", ".join(map(str, CASES[case])) + ")"
-
-
-def _stacked_builds(record):
-    value_of(record, "two_build", _call_text("two"))
-
-
-def _expected_width(case: str) -> int:
-    _, d_out, _, _, num_heads = CASES[case]
+def _expected_width(args: tuple) -> int:
+    _, d_out, _, _, num_heads = args
     return num_heads * d_out
 
 
+def reference_wrapper(args: tuple, heads: list[dict], qkv_bias: bool = False) -> MultiHeadAttentionWrapper:
+    """The package's wrapper built with ``args``, holding the given heads' weights."""
+    with torch.random.fork_rng(devices=[]):
+        wrapper = MultiHeadAttentionWrapper(*args, qkv_bias=qkv_bias)
+    for head, state in zip(wrapper.heads, heads):
+        head.load_state_dict(state, strict=False)
+    return wrapper
+
+
 def _stacked_shape(record):
-    x = _case_input("two")
-    expect_shape(tensor_of(record, "two_out", "the forward pass"), (*x.shape[:2], _expected_width("two")))
+    args = stacked_cases(seed_of(record))["two"]
+    x, label = _case_input(seed_of(record), "two")
+    got = tensor_of(record, "two_out", f"the forward pass on x = {label}")
+    expect_shape(got, (*x.shape[:2], _expected_width(args)))
 
 
 def _stacked_registered(record):
-    heads = plain(record["two_heads"])
-    parameters = plain(record["two_parameters"])
-    d_in, d_out, _, _, num_heads = CASES["two"]
+    heads, parameters = plain(record["two_heads"]), plain(record["two_parameters"])
+    d_in, d_out, _, _, num_heads = stacked_cases(seed_of(record))["two"]
     expected = parameter_count("wrapper", d_in, d_out, num_heads)
     if len(heads) != num_heads or parameters != expected:
         raise Failed(f"{num_heads} CausalAttention submodules holding {expected} parameters",
@@ -121,71 +130,81 @@ def _stacked_own_weights(record):
             raise Failed("different weights in every head", f"the same {role} in heads 0 and 1")
 
 
-def _stacked_causal(record):
-    before = tensor_of(record, "two_out")
-    after = tensor_of(record, "two_future", "the call with later tokens changed")
-    change = (after[:, :KEEP] - before[:, :KEEP]).abs()
-    if not bool(change.max() <= 1e-5):
-        raise Failed(f"tokens 0-{KEEP - 1} unchanged when only tokens {KEEP} and later change",
-                     f"a change of {float(torch.nan_to_num(change, nan=float('inf')).max()):.3g}")
+def _stacked_values(case: str, key: str | None = None):
+    key = key or f"{case}_out"
 
-
-def reference_wrapper(case: str, heads: list[dict], qkv_bias: bool = False) -> MultiHeadAttentionWrapper:
-    """The package's wrapper for ``case``, with the given heads' weights loaded."""
-    with torch.random.fork_rng(devices=[]):
-        wrapper = MultiHeadAttentionWrapper(*CASES[case], qkv_bias=qkv_bias)
-    for head, state in zip(wrapper.heads, heads):
-        head.load_state_dict(state, strict=False)
-    return wrapper
-
-
-def _stacked_values(case: str):
     def run(record):
-        heads = plain(record[f"{case}_heads"])
-        got = tensor_of(record, f"{case}_out", "the forward pass")
-        x = _case_input(case)
-        expect_shape(got, (*x.shape[:2], _expected_width(case)))
-        if len(heads) != CASES[case][4]:
-            raise Failed(f"{CASES[case][4]} CausalAttention heads", f"{len(heads)}")
+        seed = seed_of(record)
+        args = stacked_cases(seed)[case]
+        heads = plain(value_of(record, f"{case}_heads"))
+        x, label = (running_example(batch=True), "the running example") if key == "two_running" else _case_input(seed, case)
+        got = tensor_of(record, key, f"{_call_text(args)} on {label}")
+        expect_shape(got, (*x.shape[:2], _expected_width(args)))
+        if len(heads) != args[4]:
+            raise Failed(f"{args[4]} CausalAttention heads", f"{len(heads)}")
         with torch.no_grad():
-            expected = reference_wrapper(case, heads)(x)
-        expect_close(got, expected, labels=("sequence", "token"))
+            expected = reference_wrapper(args, heads).eval()(x)
+        expect_close(got, expected, labels=("sequence", "token"), where=f"for {_call_text(args)} on {label}")
     return run
 
 
 def _stacked_bias(record):
-    value_of(record, "bias_build", _call_text("two")[:-1] + ", qkv_bias=True)")
-    d_in, d_out, _, _, num_heads = CASES["two"]
-    expected = parameter_count("wrapper", d_in, d_out, num_heads, qkv_bias=True)
+    value_of(record, "bias_build", _call_text((3, 2, 6, 0.0, 2), qkv_bias=True))
+    expected = parameter_count("wrapper", 3, 2, 2, qkv_bias=True)
     got = plain(record["bias_parameters"])
     if got != expected:
         raise Failed(f"{expected} parameters with qkv_bias=True", f"{got}")
 
 
+def dropout_expected(record, how: str = "heads") -> torch.Tensor:
+    """The training-mode output of the dropout case, replaying the probe's random draws.
+
+    ``how`` is where dropout acts: ``"heads"`` (on every head's attention weights, correct),
+    ``"output"`` (on the merged output instead) or ``"both"``.
+    """
+    seed = seed_of(record)
+    args = stacked_cases(seed)["dropout"]
+    heads = plain(record["dropout_heads"])
+    x, _ = _case_input(seed, "dropout")
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        wrapper = reference_wrapper(args, heads)
+        torch.manual_seed(seed)
+        out = wrapper.train()(x) if how in ("heads", "both") else wrapper.eval()(x)
+        return F.dropout(out, DROPOUT, training=True) if how in ("output", "both") else out
+
+
+def _stacked_dropout_train(record):
+    args = stacked_cases(seed_of(record))["dropout"]
+    got = tensor_of(record, "dropout_train", f"{_call_text(args)} in training mode")
+    if len(plain(record["dropout_heads"])) != args[4]:
+        raise Failed(f"{args[4]} CausalAttention heads", f"{len(plain(record['dropout_heads']))}")
+    expect_close(got, dropout_expected(record), labels=("sequence", "token"),
+                 where=f"for {_call_text(args)} in training mode, each head dropping its own attention weights")
+
+
+def _stacked_dropout_eval(record):
+    args = stacked_cases(seed_of(record))["dropout"]
+    first = tensor_of(record, "dropout_eval", f"{_call_text(args)} in eval mode")
+    again = tensor_of(record, "dropout_eval_again", f"{_call_text(args)} in eval mode")
+    if not same(first, again):
+        raise Failed("the same output from two calls in eval mode", "two different outputs",
+                     "Dropout must be off in eval mode: use nn.Dropout (or pass training=self.training).")
+    _stacked_values("dropout", "dropout_eval")(record)
+
+
 def _stacked_grads(record):
-    out = value_of(record, "two_grad_out")
-    if out.get("kind") != "tensor" or not out["requires_grad"]:
-        raise Failed("an output connected to the autograd graph", "an output that does not require grad")
-    value_of(record, "two_backward", "backward()")
+    connected_check(record, "two_grad_out")
     flags = plain(record["two_head_grads"])
     if not flags or not all(flags):
         missing = [i for i, flag in enumerate(flags) if not flag]
         raise Failed("a gradient for every weight of every head", f"none for head(s) {missing}")
 
 
-def _stacked_device(record):
-    asked = plain(record["device_asked"])
-    value_of(record, "two_to_device", f"module.to({asked!r})")
-    got = value_of(record, "two_on_device", "the forward pass on the device")
-    if got.get("kind") != "tensor":
-        raise Failed("a torch.Tensor", describe(got))
-    if torch.device(got["device"]).type != torch.device(asked).type:
-        raise Failed(f"an output on {asked}, where the inputs are", f"one on {got['device']}")
-
-
-def _head_outputs(record, case: str) -> list[torch.Tensor]:
+def _head_outputs(record, case: str = "two") -> list[torch.Tensor]:
     """What each recorded head computes on the case's input."""
-    _, _, context_length, _, _ = CASES[case]
+    seed = seed_of(record)
+    _, _, context_length, _, _ = stacked_cases(seed)[case]
+    x, _ = _case_input(seed, case)
     outputs = []
     for state in plain(record[f"{case}_heads"]):
         d_out, d_in = state["W_query.weight"].shape
@@ -193,7 +212,7 @@ def _head_outputs(record, case: str) -> list[torch.Tensor]:
             head = CausalAttention(d_in, d_out, context_length, 0.0, qkv_bias="W_query.bias" in state)
         head.load_state_dict(state, strict=False)
         with torch.no_grad():
-            outputs.append(head(_case_input(case)))
+            outputs.append(head(x))
     return outputs
 
 
@@ -214,23 +233,33 @@ def _repeated_head(record) -> bool:
 
 def _d_out_total(record) -> bool:
     heads = plain(record["two_heads"])
-    _, d_out, _, _, num_heads = CASES["two"]
-    return len(heads) == num_heads and all(h["W_query.weight"].shape[0] == d_out // num_heads for h in heads)
+    return len(heads) == 2 and all(h["W_query.weight"].shape[0] == 1 for h in heads)
 
 
 def _summed(record) -> bool:
-    outputs = _head_outputs(record, "two")
+    outputs = _head_outputs(record)
     return len(outputs) == 2 and same(record["two_out"]["value"], outputs[0] + outputs[1])
 
 
 def _one_head(record) -> bool:
-    outputs = _head_outputs(record, "two")
+    outputs = _head_outputs(record)
     return len(outputs) == 1 and same(record["two_out"]["value"], outputs[0])
 
 
 def _out_shape_is(shapes):
     return lambda record: tuple(record["two_out"]["value"].shape) in shapes
 
+
+def _dropout_like(how: str):
+    return lambda record: same(record["dropout_train"]["value"], dropout_expected(record, how))
+
+
+def _dropout_lost(record) -> bool:
+    return same(record["dropout_train"]["value"], record["dropout_eval"]["value"])
+
+
+_DROPOUT_TRAIN = "dropout acts on every head's attention weights in training mode"
+_DROPOUT_EVAL = "no dropout in eval mode"
 
 STACKED = Exercise(
     id="2.1",
@@ -240,17 +269,19 @@ STACKED = Exercise(
               "num_heads, qkv_bias=False)",
     probe=_probe_stacked,
     checks=(
-        Check("is an nn.Module class", _stacked_is_class),
-        Check("builds as " + _call_text("two"), _stacked_builds),
+        Check("is an nn.Module class", module_class_check('check("2.1", StackedHeads)')),
+        Check("builds as StackedHeads(3, 2, 6, 0.0, 2)", lambda r: value_of(r, "two_build", "StackedHeads(3, 2, 6, 0.0, 2)")),
         Check("output shape with 2 heads of width 2", _stacked_shape),
         Check("holds its heads as CausalAttention submodules", _stacked_registered),
         Check("each head has weights of its own", _stacked_own_weights),
-        Check("no future-token leak", _stacked_causal),
-        Check("output = the heads' outputs side by side", _stacked_values("two")),
-        Check("3 heads of width 3 on 4 features", _stacked_values("three")),
+        Check("no future-token leak", causality_check("two_out", "two_future")),
+        Check("output = the heads' outputs side by side", _stacked_values("two", "two_running")),
+        Check("more heads of another width, on other features", _stacked_values("more")),
         Check("qkv_bias reaches every head", _stacked_bias),
+        Check(_DROPOUT_TRAIN, _stacked_dropout_train),
+        Check(_DROPOUT_EVAL, _stacked_dropout_eval),
         Check("gradients reach every head", _stacked_grads),
-        Check("output on the input's device", _stacked_device),
+        Check("output on the input's device", device_check("two_on", "module.to(device)(x)")),
     ),
     mistakes=(
         Mistake("plain-list",
@@ -292,134 +323,199 @@ STACKED = Exercise(
                 "qkv_bias does not reach the heads: pass it on, CausalAttention(d_in, d_out, "
                 "context_length, dropout, qkv_bias).",
                 lambda record: plain(record["bias_parameters"]) == parameter_count("wrapper", 3, 2, 2)),
+        Mistake("dropout-not-passed",
+                "In training mode your module gives exactly its eval-mode output: the dropout rate never "
+                "reaches the heads. Pass it on, CausalAttention(d_in, d_out, context_length, dropout, "
+                "qkv_bias), so that each head drops some of its attention weights while training.",
+                _dropout_lost, (_DROPOUT_TRAIN,)),
+        Mistake("dropout-on-output",
+                "You applied dropout to the merged output. In attention, dropout acts on the attention "
+                "weights inside every head (each CausalAttention does it when given the rate), so pass "
+                "dropout to the heads and drop nothing after the merge.",
+                _dropout_like("output"), (_DROPOUT_TRAIN,)),
+        Mistake("dropout-twice",
+                "Dropout acts twice: inside every head, and again on the merged output. The heads "
+                "already drop attention weights; remove the dropout after the merge.",
+                _dropout_like("both"), (_DROPOUT_TRAIN,)),
     ),
+    shortcuts=attention_modules(keep=(CausalAttention,)),
 )
 
 # ----------------------------------------------------------------------------------------------
-# 2.2 Count a module's trainable parameters
+# 2.2 A wrapper whose merged output has a given width
+
+WIDTH_ARGUMENTS = ("d_in", "width", "num_heads", "context_length")
 
 
-def _build_modules() -> dict[str, nn.Module]:
-    """The modules the answer counts, built the same way in the probe and in the judge."""
-    with torch.random.fork_rng(devices=[]):
-        frozen = MultiHeadAttention(8, 8, 4, 0.0, num_heads=2)
-        frozen.W_query.requires_grad_(False)
-        frozen.W_key.requires_grad_(False)
-        return {
-            "one head": CausalAttention(3, 2, 6, 0.0),
-            "one head with qkv_bias": CausalAttention(3, 2, 6, 0.0, qkv_bias=True),
-            "12 stacked heads of width 64 on 768 features": MultiHeadAttentionWrapper(768, 64, 1024, 0.0, 12),
-            "MultiHeadAttention(768, 768, 1024, 0.0, 12)": MultiHeadAttention(768, 768, 1024, 0.0, 12),
-            "a module with two frozen projections": frozen,
-        }
+def width_cases(seed: int) -> dict[str, tuple[int, int, int, int]]:
+    """``(d_in, width, num_heads, context_length)`` per case: the running example's (2 heads, 2 wide),
+    two random sizes, and a width that the head count does not divide."""
+    a = draw(seed, "2.2 a", {"d_in": (2, 9), "per_head": (2, 4), "num_heads": (3, 6)}, distinct=False)
+    b = draw(seed, "2.2 b", {"d_in": (2, 9), "per_head": (1, 3), "num_heads": (3, 6)}, distinct=False)
+    odd = draw(seed, "2.2 odd", {"num_heads": (2, 5), "per_head": (1, 4)}, distinct=False)
+    return {
+        "running": (3, 2, 2, 6),
+        "a": (a["d_in"], a["per_head"] * a["num_heads"], a["num_heads"], 5),
+        "b": (b["d_in"], b["per_head"] * b["num_heads"], b["num_heads"], 4),
+        "indivisible": (3, odd["per_head"] * odd["num_heads"] + 1, odd["num_heads"], 6),
+    }
 
 
-# The judge's copies; the probe builds its own, since an answer may change what it is given.
-_modules = functools.lru_cache(maxsize=1)(_build_modules)
+def _width_call(args: tuple) -> str:
+    return "wrapper_with_width(" + ", ".join(f"{n}={v}" for n, v in zip(WIDTH_ARGUMENTS, args)) + ")"
 
 
-def _probe_count(count, rec: Recorder) -> None:
-    for name, module in _build_modules().items():
-        rec.call(name, count, module)
+def _probe_width(build, rec: Recorder) -> None:
+    for case, args in width_cases(rec.seed).items():
+        module = rec.call(case, build, *args)
+        wrapper = isinstance(module, MultiHeadAttentionWrapper)
+        rec.note(f"{case}_class", type(module).__name__ if module is not None else None)
+        rec.note(f"{case}_is_wrapper", wrapper)
+        rec.note(f"{case}_heads", len(module.heads) if wrapper else getattr(module, "num_heads", None))
+        # The width of one head: the wrapper's d_out, the batched module's head_dim.
+        rec.note(f"{case}_head_width", module.d_out if wrapper else getattr(module, "head_dim", None))
+        if isinstance(module, nn.Module):
+            x = running_example(batch=True)[..., :args[0]] if case == "running" else batch(rec.seed, case, 1, 3, args[0])[0]
+            with torch.no_grad():
+                rec.call(f"{case}_out", module, x)
 
 
-def _count_case(name: str):
+def _is_wrapper(record, case: str = "running") -> None:
+    args = width_cases(seed_of(record))[case]
+    summary = value_of(record, case, _width_call(args))
+    if not plain(record[f"{case}_is_wrapper"]):
+        raise Failed(f"a MultiHeadAttentionWrapper from {_width_call(args)}", describe(summary))
+
+
+def _width_case(case: str):
     def run(record):
-        got = int_of(record, name, "the count")
-        expected = count_parameters(_modules()[name])
-        if got != expected:
-            raise Failed(f"{expected:,}", f"{got:,}")
+        args = width_cases(seed_of(record))[case]
+        _is_wrapper(record, case)
+        d_in, width, num_heads, _ = args
+        heads = plain(record[f"{case}_heads"])
+        if heads != num_heads:
+            raise Failed(f"{num_heads} heads for {_width_call(args)}", f"{heads}")
+        got = tensor_of(record, f"{case}_out", "the wrapper's forward pass")
+        if got.shape[-1] != width:
+            raise Failed(f"a merged output {width} wide for {_width_call(args)}",
+                         f"one {got.shape[-1]} wide ({heads} heads of width {plain(record[f'{case}_head_width'])})")
     return run
 
 
-def _count_like(rule):
+def _width_refused(record):
+    args = width_cases(seed_of(record))["indivisible"]
+    got = record.get("indivisible")
+    if got is None or got.get("kind") != "error" or got.get("type") != "ValueError":
+        raise Failed(f"a ValueError for {_width_call(args)}: {args[2]} heads cannot share {args[1]} "
+                     "columns evenly", describe(got))
+
+
+def _head_width_is(rule):
+    """A detector: in the random cases, each head is ``rule(width, num_heads)`` wide."""
     def detect(record):
-        return all(int_of(record, name) == rule(module) for name, module in _modules().items())
+        cases = width_cases(seed_of(record))
+        return all(plain(record[f"{c}_head_width"]) == rule(cases[c][1], cases[c][2]) for c in ("a", "b"))
     return detect
 
 
-COUNT = Exercise(
+_RUNNING = "2 heads, merged output 2 wide on the running example"
+
+WIDTH = Exercise(
     id="2.2",
-    title="count a module's trainable parameters",
-    answer_name="count_trainable_parameters",
-    signature="count_trainable_parameters(module)",
-    probe=_probe_count,
+    title="a wrapper whose merged output has a given width",
+    answer_name="wrapper_with_width",
+    signature="wrapper_with_width(d_in, width, num_heads, context_length)",
+    probe=_probe_width,
     checks=(
-        Check("returns a whole number", lambda r: int_of(r, "one head", "the count")),
-        *(Check(name, _count_case(name)) for name in (
-            "one head", "one head with qkv_bias", "12 stacked heads of width 64 on 768 features",
-            "MultiHeadAttention(768, 768, 1024, 0.0, 12)", "a module with two frozen projections")),
+        Check("returns a MultiHeadAttentionWrapper", _is_wrapper),
+        Check(_RUNNING, _width_case("running")),
+        Check("another width and head count", _width_case("a")),
+        Check("a third width and head count", _width_case("b")),
+        Check("refuses a width the heads cannot share evenly", _width_refused),
     ),
     mistakes=(
-        Mistake("counted-tensors",
-                "You counted parameter tensors, not the numbers in them: add up p.numel() for each "
-                "parameter p.",
-                _count_like(lambda m: len(list(m.parameters())))),
-        Mistake("counted-buffers",
-                "You counted the state_dict, which includes the causal mask buffer. The mask is saved "
-                "with the model but never trained: count module.parameters() only.",
-                _count_like(lambda m: sum(t.numel() for t in m.state_dict().values()))),
-        Mistake("counted-frozen",
-                "You counted frozen parameters too. Trainable ones have requires_grad=True: "
-                "sum(p.numel() for p in module.parameters() if p.requires_grad).",
-                _count_like(lambda m: sum(p.numel() for p in m.parameters()))),
-        Mistake("weights-only",
-                "You counted only the weight matrices. Biases are parameters too: count every tensor "
-                "in module.parameters().",
-                _count_like(lambda m: sum(p.numel() for n, p in m.named_parameters()
-                                          if n.endswith("weight") and p.requires_grad))),
-        Mistake("counted-bytes",
-                "You counted bytes (4 per float32 number), not parameters: use p.numel(), not "
-                "p.numel() * p.element_size().",
-                _count_like(lambda m: 4 * count_parameters(m))),
+        Mistake("batched-module",
+                "You built a MultiHeadAttention, whose d_out is the total width. The exercise asks for "
+                "the wrapper, where d_out is the width of each head: choose it so that num_heads of them "
+                "side by side are width wide.",
+                lambda record: plain(record["running_class"]) == "MultiHeadAttention"),
+        Mistake("changed-num-heads",
+                "The exercise keeps num_heads and chooses the width of each head; a single head of the "
+                "whole width is not multi-head attention.",
+                lambda record: plain(record["running_heads"]) == 1),
+        Mistake("d-out-is-width",
+                "You gave every head the whole width, so the merged output is num_heads times too wide. "
+                "In the wrapper d_out is per head: d_out = width // num_heads.",
+                _head_width_is(lambda width, heads: width)),
+        Mistake("d-out-times-heads",
+                "You multiplied by num_heads; the wrapper already does that when it concatenates its "
+                "heads. Each head is width // num_heads wide.",
+                _head_width_is(lambda width, heads: width * heads)),
+        Mistake("halved",
+                "Each head is width // 2 wide: right for two heads only. Divide by num_heads.",
+                _head_width_is(lambda width, heads: width // 2)),
+        Mistake("indivisible-accepted",
+                "When num_heads does not divide width, no per-head width gives that merged width (the "
+                "wrapper would silently be narrower). Raise a ValueError that says so.",
+                lambda record: record["indivisible"].get("kind") != "error",
+                ("refuses a width the heads cannot share evenly",)),
     ),
 )
 
 # ----------------------------------------------------------------------------------------------
 # 2.3 The wrapper's parameters as a formula
 
-#: (d_in, d_out per head, num_heads, qkv_bias) the formula is tried on.
-GRID = ((3, 2, 1, False), (3, 2, 2, False), (3, 2, 4, False), (768, 64, 12, False), (768, 64, 12, True),
-        (5, 3, 4, True))
+FORMULA_ARGUMENTS = ("d_in", "d_out", "num_heads", "qkv_bias")
+
+
+def formula_cases(seed: int) -> dict[str, tuple[int, int, int, bool]]:
+    """``(d_in, d_out per head, num_heads, qkv_bias)`` per case, drawn from the run's seed."""
+    cases = {}
+    for number, bias in enumerate((False, False, True, True)):
+        sizes = draw(seed, f"2.3 {number}", {"d_in": (3, 200), "d_out": (2, 64), "num_heads": (2, 16)})
+        cases[f"case {number}"] = (sizes["d_in"], sizes["d_out"], sizes["num_heads"], bias)
+    one = cases["case 0"]
+    cases["one head"] = (one[0], one[1], 1, False)
+    return cases
+
+
+def _formula_call(args) -> str:
+    return "wrapper_parameter_count(" + ", ".join(f"{n}={v}" for n, v in zip(FORMULA_ARGUMENTS, args)) + ")"
 
 
 def _probe_formula(formula, rec: Recorder) -> None:
-    for d_in, d_out, num_heads, qkv_bias in GRID:
-        rec.call(str((d_in, d_out, num_heads, qkv_bias)), formula, d_in, d_out, num_heads, qkv_bias=qkv_bias)
-
-
-def _formula_value(record, d_in, d_out, num_heads, qkv_bias) -> int:
-    call = f"wrapper_parameter_count({d_in}, {d_out}, {num_heads}, qkv_bias={qkv_bias})"
-    return int_of(record, str((d_in, d_out, num_heads, qkv_bias)), call)
-
-
-def _formula_case(*config):
-    def run(record):
-        got = _formula_value(record, *config)
-        expected = parameter_count("wrapper", config[0], config[1], config[2], qkv_bias=config[3])
-        if got != expected:
-            raise Failed(f"{expected:,} for d_in={config[0]}, d_out={config[1]}, num_heads={config[2]}, "
-                         f"qkv_bias={config[3]}", f"{got:,}")
-    return run
-
-
-def _formula_proportional(record):
-    one = _formula_value(record, 3, 2, 1, False)
-    for heads in (2, 4):
-        got = _formula_value(record, 3, 2, heads, False)
-        if got != heads * one:
-            raise Failed(f"{heads} x {one} = {heads * one} with {heads} heads (each head adds its own weights)",
-                         f"{got}")
-
-
-def _formula_like(rule):
-    def detect(record):
-        return all(_formula_value(record, *config) == rule(*config) for config in GRID)
-    return detect
+    for case, (d_in, d_out, num_heads, qkv_bias) in formula_cases(rec.seed).items():
+        rec.call(case, formula, d_in, d_out, num_heads, qkv_bias=qkv_bias)
 
 
 def _truth(d_in, d_out, num_heads, qkv_bias):
     return parameter_count("wrapper", d_in, d_out, num_heads, qkv_bias=qkv_bias)
+
+
+def _formula_case(case: str):
+    def run(record):
+        args = formula_cases(seed_of(record))[case]
+        got = int_of(record, case, _formula_call(args))
+        expected = _truth(*args)
+        if got != expected:
+            raise Failed(f"{expected:,} for {_formula_call(args)}", f"{got:,}")
+    return run
+
+
+def _formula_proportional(record):
+    cases = formula_cases(seed_of(record))
+    one = int_of(record, "one head", _formula_call(cases["one head"]))
+    args = cases["case 0"]
+    got = int_of(record, "case 0", _formula_call(args))
+    if got != args[2] * one:
+        raise Failed(f"{args[2]} x {one:,} = {args[2] * one:,} for {_formula_call(args)} (each head adds its own "
+                     "weights)", f"{got:,}")
+
+
+def _formula_like(rule):
+    def detect(record):
+        return all(int_of(record, case) == rule(*args) for case, args in formula_cases(seed_of(record)).items())
+    return detect
 
 
 FORMULA = Exercise(
@@ -429,12 +525,12 @@ FORMULA = Exercise(
     signature="wrapper_parameter_count(d_in, d_out, num_heads, qkv_bias=False)",
     probe=_probe_formula,
     checks=(
-        Check("returns a whole number", lambda r: _formula_value(r, 3, 2, 1, False)),
-        Check("one head of width 2 on 3 features", _formula_case(3, 2, 1, False)),
+        Check("returns a whole number", lambda r: int_of(r, "one head", "wrapper_parameter_count(...)")),
+        Check("one head", _formula_case("one head")),
         Check("grows in proportion to num_heads", _formula_proportional),
-        Check("12 heads of width 64 on 768 features", _formula_case(768, 64, 12, False)),
-        Check("with qkv_bias", _formula_case(768, 64, 12, True)),
-        Check("with qkv_bias, 4 heads of width 3 on 5 features", _formula_case(5, 3, 4, True)),
+        Check("several heads, no qkv bias", _formula_case("case 1")),
+        Check("with qkv_bias", _formula_case("case 2")),
+        Check("with qkv_bias, other sizes", _formula_case("case 3")),
     ),
     mistakes=(
         Mistake("no-heads-factor",
@@ -457,8 +553,13 @@ FORMULA = Exercise(
                 "You counted biases even when qkv_bias=False; then the projections have weights only.",
                 _formula_like(lambda d_in, d_out, h, bias: _truth(d_in, d_out, h, True))),
     ),
+    shortcuts=package(parameter_count, count_parameters, cost_by_heads,
+                      why="This asks mha_course for the count: work it out from the arguments.")
+    + package(CausalAttention, MultiHeadAttentionWrapper, MultiHeadAttention,
+              why="This builds a module to count it: work the count out from the arguments, without "
+                  "building anything."),
 )
 
-EXERCISES = (STACKED, COUNT, FORMULA)
+EXERCISES = (STACKED, WIDTH, FORMULA)
 
-__all__ = ["EXERCISES", "reference_wrapper"]
+__all__ = ["EXERCISES", "reference_wrapper", "stacked_cases", "width_cases", "formula_cases", "dropout_expected"]

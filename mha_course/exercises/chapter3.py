@@ -1,120 +1,122 @@
-"""Exercises of chapter 3, batched heads: split and merge, weight transfer, sizing a layer."""
+"""Exercises of chapter 3, batched heads: split and merge, weight transfer, sizing a layer.
+
+The capstone, exercise 3.5 (the whole batched module), lives in :mod:`~mha_course.exercises.capstone`.
+"""
 
 from __future__ import annotations
 
 import torch
+from torch import nn
 
-from ..cost import parameter_count, score_memory_bytes
-from ..data import random_batch, running_example
-from ..device import get_device
-from ..heads import split_heads
-from ..multihead import MultiHeadAttention
+from ..cost import cost_by_heads, count_parameters, multiply_adds, parameter_count, score_memory_bytes
+from ..data import running_example
+from ..heads import merge_heads, split_heads
+from ..multihead import MultiHeadAttention, transfer_weights
 from ..wrapper import MultiHeadAttentionWrapper
-from .framework import (Check, Exercise, Failed, Mistake, Recorder, describe, expect_close, expect_shape,
-                        plain, same, tensor_of, value_of)
+from .capstone import CAPSTONE
+from .framework import Check, Exercise, Mistake
+from .probes import (agrees, batch, connected_check, device_check, draw, probe_backward, probe_on_devices)
+from .records import (Failed, Recorder, describe, expect_close, expect_shape, format_shape, number, plain, same,
+                      seed_of, tensor_of, value_of)
+from .shortcuts import attention_modules, package
 
 HEAD_LABELS = ("sequence", "head", "token")
 TOKEN_LABELS = ("sequence", "token")
 
 
-def _probe_reshaper(answer, rec: Recorder, cases: dict, *extra) -> None:
-    """Run a split or merge answer on every case, then once for gradients and once on the device."""
-    for key, (x, args) in cases.items():
+def _probe_reshaper(answer, rec: Recorder, cases: dict) -> None:
+    """Run a split or merge answer on every case, then once for gradients and on the devices."""
+    for key, (x, args, _) in cases.items():
         rec.call(key, answer, x, *args)
-    x, args = cases["a"]
+    x, args, _ = cases["a"]
     leaf = x.clone().requires_grad_()
-    out = rec.call("grad_out", answer, leaf, *args)
-    if isinstance(out, torch.Tensor) and out.requires_grad:
-        rec.call("backward", lambda: out.sum().backward())
+    probe_backward(rec, "grad_out", rec.call("grad_out", answer, leaf, *args))
     rec.note("grad", leaf.grad)
-    device = get_device()
-    rec.note("device_asked", str(device))
-    rec.call("on_device", answer, x.to(device), *args)
+    probe_on_devices(rec, "on", lambda device: answer(x.to(device), *args))
 
 
 def _grad_check(record):
-    out = value_of(record, "grad_out")
-    if out.get("kind") != "tensor" or not out["requires_grad"]:
-        raise Failed("an output connected to the autograd graph", "an output that does not require grad",
-                     "Reshape with tensor methods (view, transpose, reshape), without .detach(), "
-                     "torch.no_grad() or NumPy.")
-    value_of(record, "backward", "backward()")
+    connected_check(record, "grad_out", "Reshape with tensor methods (view, transpose, reshape), without "
+                    ".detach(), torch.no_grad() or NumPy.")
     grad = plain(record["grad"])
     if not isinstance(grad, torch.Tensor) or not bool((grad == 1).all()):
         raise Failed("a gradient of 1 for every input number", "none" if grad is None else "other values")
 
 
-def _device_check(record):
-    asked = plain(record["device_asked"])
-    got = value_of(record, "on_device", "the call on the device")
-    if got.get("kind") != "tensor":
-        raise Failed("a torch.Tensor", describe(got))
-    if torch.device(got["device"]).type != torch.device(asked).type:
-        raise Failed(f"an output on {asked}, where the input is", f"one on {got['device']}")
+def _sizes(seed: int, salt: str) -> dict[str, int]:
+    return draw(seed, salt, {"batch": (1, 3), "tokens": (2, 7), "heads": (2, 5), "head_dim": (2, 6)})
 
 
 # ----------------------------------------------------------------------------------------------
 # 3.1 Split into heads
 
 
-def _split_cases() -> dict:
-    return {"a": (random_batch(2, 5, 12, seed=31), (3,)), "b": (random_batch(1, 6, 4, seed=32), (2,))}
-
-
-def reference_split(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """The package's split, ``(B, T, d_out) -> (B, num_heads, T, head_dim)``."""
-    return split_heads(x, num_heads)
+def split_cases(seed: int) -> dict:
+    """``key -> (x, (num_heads,), label)``: projections ``(B, T, d_out)`` of random sizes."""
+    cases = {}
+    for key in ("a", "b"):
+        s = _sizes(seed, f"3.1 {key}")
+        x, label = batch(seed, f"3.1 {key}", s["batch"], s["tokens"], s["heads"] * s["head_dim"])
+        cases[key] = (x, (s["heads"],), f"to_heads({label}, {s['heads']})")
+    return cases
 
 
 def _split_case(key: str):
     def run(record):
-        x, (num_heads,) = _split_cases()[key]
-        got = tensor_of(record, key, f"split_heads(x, {num_heads})")
-        expect_close(got, reference_split(x, num_heads), labels=HEAD_LABELS)
+        x, (num_heads,), label = split_cases(seed_of(record))[key]
+        got = tensor_of(record, key, label)
+        expect_close(got, split_heads(x, num_heads), labels=HEAD_LABELS, where=f"for {label}")
     return run
 
 
 def _split_shape(record):
-    x, (num_heads,) = _split_cases()["a"]
-    expect_shape(tensor_of(record, "a", f"split_heads(x, {num_heads})"),
-                 (2, num_heads, 5, x.shape[-1] // num_heads))
+    x, (num_heads,), label = split_cases(seed_of(record))["a"]
+    got = tensor_of(record, "a", label)
+    expected = (x.shape[0], num_heads, x.shape[1], x.shape[2] // num_heads)
+    if tuple(got.shape) != expected:
+        raise Failed(f"shape {format_shape(expected)} = (B, h, T, d_h) for {label}", f"shape {format_shape(got.shape)}")
 
 
 def _split_like(fn):
     def detect(record):
-        x, (num_heads,) = _split_cases()["a"]
-        return same(record["a"]["value"], fn(x, num_heads, x.shape[0], x.shape[1], x.shape[-1] // num_heads))
+        x, (num_heads,), _ = split_cases(seed_of(record))["a"]
+        b, t, d = x.shape
+        return same(record["a"]["value"], fn(x, num_heads, b, t, d // num_heads))
     return detect
 
 
-def _split_shape_in(*shapes):
-    return lambda record: tuple(record["a"]["value"].shape) in shapes
+def _split_shape_is(*rules):
+    def detect(record):
+        x, (h, ), _ = split_cases(seed_of(record))["a"]
+        b, t, d = x.shape
+        return tuple(record["a"]["value"].shape) in {rule(b, t, h, d // h) for rule in rules}
+    return detect
 
 
 SPLIT = Exercise(
     id="3.1",
     title="split the projections into heads",
-    answer_name="split_heads",
-    signature="split_heads(x, num_heads)",
-    probe=lambda answer, rec: _probe_reshaper(answer, rec, _split_cases()),
+    answer_name="to_heads",
+    signature="to_heads(x, num_heads)",
+    probe=lambda answer, rec: _probe_reshaper(answer, rec, split_cases(rec.seed)),
     checks=(
-        Check("returns a tensor", lambda r: tensor_of(r, "a", "split_heads(x, 3)")),
-        Check("shape (2, 3, 5, 4) for 3 heads of a (2, 5, 12) input", _split_shape),
+        Check("returns a tensor", lambda r: tensor_of(r, "a", "to_heads(x, num_heads)")),
+        Check("shape (B, num_heads, T, head_dim)", _split_shape),
         Check("head h holds columns h*head_dim to (h+1)*head_dim of every token", _split_case("a")),
-        Check("2 heads of a (1, 6, 4) input", _split_case("b")),
+        Check("another size", _split_case("b")),
         Check("gradients flow back to the input", _grad_check),
-        Check("output on the input's device", _device_check),
+        Check("output on the input's device", device_check("on", "to_heads")),
     ),
     mistakes=(
         Mistake("view-without-transpose",
                 "Right shape, wrong numbers: viewing (B, T, d_out) directly as (B, num_heads, T, "
                 "head_dim) cuts the memory into the wrong pieces, mixing tokens inside a head. View as "
                 "(B, T, num_heads, head_dim) first, then swap tokens and heads with .transpose(1, 2).",
-                _split_like(lambda x, h, b, t, hd: x.view(b, h, t, hd))),
+                _split_like(lambda x, h, b, t, hd: x.reshape(b, h, t, hd))),
         Mistake("no-transpose",
                 "You stopped at (B, T, num_heads, head_dim). Bring the heads in front of the tokens "
                 "with .transpose(1, 2), so that each head is a batch of (T, head_dim) matrices.",
-                _split_shape_in((2, 5, 3, 4))),
+                _split_shape_is(lambda b, t, h, hd: (b, t, h, hd))),
         Mistake("interleaved",
                 "Each head got every num_heads-th column instead of a block of head_dim neighbouring "
                 "columns: you viewed as (B, T, head_dim, num_heads). View as (B, T, num_heads, "
@@ -124,43 +126,52 @@ SPLIT = Exercise(
         Mistake("head-dim-first",
                 "You viewed as (B, T, head_dim, num_heads): num_heads comes before head_dim, "
                 "x.view(B, T, num_heads, head_dim).transpose(1, 2).",
-                _split_shape_in((2, 4, 5, 3))),
+                _split_shape_is(lambda b, t, h, hd: (b, hd, t, h))),
         Mistake("wrong-axes",
                 "You swapped the wrong axes. After .view(B, T, num_heads, head_dim) the token axis (1) "
                 "and the head axis (2) swap: .transpose(1, 2).",
-                _split_shape_in((2, 5, 4, 3), (2, 4, 3, 5))),
+                _split_shape_is(lambda b, t, h, hd: (b, t, hd, h), lambda b, t, h, hd: (b, hd, h, t))),
     ),
+    shortcuts=package(split_heads) + attention_modules(),
 )
 
 # ----------------------------------------------------------------------------------------------
 # 3.2 Merge the heads back
 
 
-def _merge_cases() -> dict:
-    # (B, h, T, hd) tensors laid out contiguously, as attention's weights @ values gives them.
-    return {"a": (random_batch(2, 3 * 5, 4, seed=33).reshape(2, 3, 5, 4), ()),
-            "b": (random_batch(1, 2 * 6, 2, seed=35).reshape(1, 2, 6, 2), ())}
+def merge_cases(seed: int) -> dict:
+    """``key -> (x, (), label)``: ``(B, h, T, d_h)`` tensors laid out contiguously, as ``weights @ values`` gives them."""
+    cases = {}
+    for key in ("a", "b"):
+        s = _sizes(seed, f"3.2 {key}")
+        x, label = batch(seed, f"3.2 {key}", s["batch"], s["heads"] * s["tokens"], s["head_dim"])
+        cases[key] = (x.reshape(s["batch"], s["heads"], s["tokens"], s["head_dim"]), (),
+                      f"from_heads({label}.reshape({s['batch']}, {s['heads']}, {s['tokens']}, {s['head_dim']}))")
+    return cases
 
 
 def _merge_case(key: str):
     def run(record):
-        x, _ = _merge_cases()[key]
-        batch, num_heads, num_tokens, head_dim = x.shape
-        got = tensor_of(record, key, "merge_heads(x)")
-        expect_shape(got, (batch, num_tokens, num_heads * head_dim))
+        x, _, label = merge_cases(seed_of(record))[key]
+        b, h, t, hd = x.shape
+        got = tensor_of(record, key, label)
+        expect_shape(got, (b, t, h * hd))
         # A correct merge is undone by the package's split.
-        expect_close(reference_split(got, num_heads), x, labels=HEAD_LABELS)
+        expect_close(split_heads(got, h), x, labels=HEAD_LABELS, where=f"after splitting the result of {label}")
     return run
 
 
 def _merge_shape(record):
-    x, _ = _merge_cases()["a"]
-    expect_shape(tensor_of(record, "a", "merge_heads(x)"), (2, 5, 12))
+    x, _, label = merge_cases(seed_of(record))["a"]
+    b, h, t, hd = x.shape
+    got = tensor_of(record, "a", label)
+    if tuple(got.shape) != (b, t, h * hd):
+        raise Failed(f"shape {format_shape((b, t, h * hd))} = (B, T, h * d_h) for {label}", f"shape {format_shape(got.shape)}")
 
 
 def _merge_like(fn):
     def detect(record):
-        x, _ = _merge_cases()["a"]
+        x, _, _ = merge_cases(seed_of(record))["a"]
         return same(record["a"]["value"], fn(x))
     return detect
 
@@ -174,16 +185,16 @@ def _needs_contiguous(record) -> bool:
 MERGE = Exercise(
     id="3.2",
     title="merge the heads back",
-    answer_name="merge_heads",
-    signature="merge_heads(x)",
-    probe=lambda answer, rec: _probe_reshaper(answer, rec, _merge_cases()),
+    answer_name="from_heads",
+    signature="from_heads(x)",
+    probe=lambda answer, rec: _probe_reshaper(answer, rec, merge_cases(rec.seed)),
     checks=(
-        Check("returns a tensor", lambda r: tensor_of(r, "a", "merge_heads(x)")),
-        Check("shape (2, 5, 12) for a (2, 3, 5, 4) input", _merge_shape),
+        Check("returns a tensor", lambda r: tensor_of(r, "a", "from_heads(x)")),
+        Check("shape (B, T, num_heads * head_dim)", _merge_shape),
         Check("splitting the result gives the heads back", _merge_case("a")),
-        Check("a (1, 2, 6, 2) input", _merge_case("b")),
+        Check("another size", _merge_case("b")),
         Check("gradients flow back to the input", _grad_check),
-        Check("output on the input's device", _device_check),
+        Check("output on the input's device", device_check("on", "from_heads")),
     ),
     mistakes=(
         Mistake("needs-contiguous",
@@ -205,66 +216,81 @@ MERGE = Exercise(
         Mistake("stopped-early",
                 "You stopped at (B, T, num_heads, head_dim). Glue the last two axes together: "
                 ".contiguous().view(B, T, num_heads * head_dim).",
-                lambda record: tuple(record["a"]["value"].shape) == (2, 5, 3, 4)),
+                _merge_like(lambda x: x.transpose(1, 2))),
     ),
+    shortcuts=package(merge_heads) + attention_modules(),
 )
 
 # ----------------------------------------------------------------------------------------------
 # 3.3 Transfer weights from stacked heads into the batched module
 
-#: wrapper arguments (d_in, d_out per head, context_length, dropout, num_heads, qkv_bias) per case.
-PAIRS = {"two": (3, 2, 6, 0.0, 2, False), "bias": (5, 3, 4, 0.0, 3, True)}
+
+def transfer_cases(seed: int) -> dict[str, tuple]:
+    """Wrapper arguments ``(d_in, d_out per head, context_length, dropout, num_heads, qkv_bias)``."""
+    s = draw(seed, "3.3", {"d_in": (2, 7), "d_out": (2, 4), "num_heads": (3, 5)})
+    return {"two": (3, 2, 6, 0.0, 2, False), "bias": (s["d_in"], s["d_out"], 5, 0.0, s["num_heads"], True)}
 
 
-def _pair(case: str) -> tuple[MultiHeadAttentionWrapper, MultiHeadAttention]:
-    """The wrapper and the (differently initialised) batched module of a case, always the same."""
-    d_in, d_out, context_length, dropout, num_heads, qkv_bias = PAIRS[case]
+def _describe_case(args) -> str:
+    d_in, d_out, _, _, num_heads, qkv_bias = args
+    return f"{num_heads} heads of width {d_out} on {d_in} features" + (" with qkv_bias=True" if qkv_bias else "")
+
+
+def pair(seed: int, case: str) -> tuple[MultiHeadAttentionWrapper, MultiHeadAttention]:
+    """The wrapper and the (differently initialised) batched module of a case, the same every time."""
+    d_in, d_out, context_length, dropout, num_heads, qkv_bias = transfer_cases(seed)[case]
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(1)
+        torch.manual_seed(seed)
         wrapper = MultiHeadAttentionWrapper(d_in, d_out, context_length, dropout, num_heads, qkv_bias)
-        torch.manual_seed(2)
+        torch.manual_seed(seed + 1)
         mha = MultiHeadAttention(d_in, num_heads * d_out, context_length, dropout, num_heads, qkv_bias)
     return wrapper, mha
 
 
-def _inputs(case: str) -> dict[str, torch.Tensor]:
-    if case == "two":
-        return {"running": running_example(batch=True), "random": random_batch(2, 6, 3, seed=36)}
-    return {"random": random_batch(2, 4, 5, seed=37)}
+def _inputs(seed: int, case: str) -> dict[str, tuple[torch.Tensor, str]]:
+    d_in, _, context_length, _, _, _ = transfer_cases(seed)[case]
+    random = batch(seed, f"3.3 {case}", 2, context_length, d_in)
+    return {"running": (running_example(batch=True), "the running example"), "random": random} if case == "two" \
+        else {"random": random}
 
 
 def _state(module) -> dict:
     return {name: value for name, value in module.state_dict().items() if not name.endswith("mask")}
 
 
+def _parameter_kinds(module: nn.Module) -> dict[str, str]:
+    """Each named parameter or tensor attribute of the projections: "trainable", "frozen" or "plain tensor"."""
+    kinds = {name: "trainable" if p.requires_grad else "frozen" for name, p in module.named_parameters()}
+    for role in ("W_query", "W_key", "W_value", "out_proj"):
+        for attribute in ("weight", "bias"):
+            value = getattr(getattr(module, role, None), attribute, None)
+            name = f"{role}.{attribute}"
+            if isinstance(value, torch.Tensor) and name not in kinds:
+                kinds[name] = "plain tensor"
+    return kinds
+
+
 def _probe_transfer(transfer, rec: Recorder) -> None:
-    for case in PAIRS:
-        wrapper, mha = _pair(case)
+    for case in transfer_cases(rec.seed):
+        wrapper, mha = pair(rec.seed, case)
         rec.call(f"{case}_call", transfer, wrapper, mha)
         rec.note(f"{case}_wrapper_state", _state(wrapper))
         rec.note(f"{case}_mha_state", _state(mha))
-        rec.note(f"{case}_trainable", all(p.requires_grad for p in mha.parameters()))
-        for name, x in _inputs(case).items():
+        rec.note(f"{case}_parameters", _parameter_kinds(mha))
+        for name, (x, _) in _inputs(rec.seed, case).items():
             with torch.no_grad():
                 rec.call(f"{case}_{name}", mha, x)
 
 
-def _expected(case: str) -> tuple[MultiHeadAttentionWrapper, dict]:
-    wrapper, _ = _pair(case)
-    return wrapper, _state(MultiHeadAttention.from_wrapper(wrapper))
-
-
 def _transfer_runs(case: str):
     def run(record):
-        d_in, d_out, _, _, num_heads, qkv_bias = PAIRS[case]
-        value_of(record, f"{case}_call",
-                 f"transfer_heads(wrapper, mha) with {num_heads} heads of width {d_out} on {d_in} features"
-                 + (" and qkv_bias=True" if qkv_bias else ""))
+        value_of(record, f"{case}_call", f"transfer_heads(wrapper, mha) with "
+                 f"{_describe_case(transfer_cases(seed_of(record))[case])}")
     return run
 
 
 def _wrapper_unchanged(record):
-    wrapper, _ = _pair("two")
+    wrapper, _ = pair(seed_of(record), "two")
     for name, value in _state(wrapper).items():
         if not same(plain(record["two_wrapper_state"]).get(name), value):
             raise Failed("the wrapper's weights untouched", f"a changed {name}",
@@ -274,40 +300,43 @@ def _wrapper_unchanged(record):
 def _same_output(case: str, name: str):
     def run(record):
         _transfer_runs(case)(record)
-        wrapper, _ = _pair(case)
-        x = _inputs(case)[name]
+        seed = seed_of(record)
+        wrapper, _ = pair(seed, case)
+        x, label = _inputs(seed, case)[name]
         with torch.no_grad():
             expected = wrapper(x)
         expect_close(tensor_of(record, f"{case}_{name}", "mha(x) after the transfer"), expected,
-                     labels=TOKEN_LABELS)
+                     labels=TOKEN_LABELS, where=f"(the wrapper's output) for {_describe_case(transfer_cases(seed)[case])} on {label}")
     return run
 
 
-def _trainable(record):
-    if not plain(record["two_trainable"]):
-        raise Failed("every parameter of mha to keep requires_grad=True", "frozen parameters",
-                     "Copy values into the existing parameters with .copy_() under torch.no_grad(), "
-                     "rather than replacing them with plain tensors.")
+def _keeps_parameters(record):
+    expected = [name for name, _ in pair(seed_of(record), "two")[1].named_parameters()]
+    kinds = plain(record["two_parameters"])
+    for name in expected:
+        kind = kinds.get(name, "missing")
+        if kind != "trainable":
+            raise Failed(f"mha's {len(expected)} parameters, all still trainable nn.Parameters",
+                         f"{name} {'is a ' + kind if kind == 'plain tensor' else kind}",
+                         "Copy values into the existing parameters with .copy_() under torch.no_grad(), "
+                         "rather than replacing them.")
 
 
 def _mha_state(record, case: str = "two") -> dict:
     return plain(record[f"{case}_mha_state"])
 
 
-def _heads(role: str, case: str = "two", reverse: bool = False) -> torch.Tensor:
-    heads = _pair(case)[0].heads
-    heads = list(reversed(heads)) if reverse else list(heads)
-    return torch.cat([getattr(head, role).weight.detach() for head in heads], dim=0)
+def _expected_state(seed: int, case: str) -> dict:
+    return _state(MultiHeadAttention.from_wrapper(pair(seed, case)[0]))
 
 
 def _qkv_right(record, case: str = "two") -> bool:
-    state, (_, expected) = _mha_state(record, case), _expected(case)
+    state, expected = _mha_state(record, case), _expected_state(seed_of(record), case)
     return all(same(state[f"{role}.weight"], expected[f"{role}.weight"]) for role in ("W_query", "W_key", "W_value"))
 
 
 def _out_proj_left(record) -> bool:
-    state = _mha_state(record)
-    return _qkv_right(record) and not same(state["out_proj.weight"], torch.eye(4))
+    return _qkv_right(record) and not same(_mha_state(record)["out_proj.weight"], torch.eye(4))
 
 
 def _out_proj_bias(record) -> bool:
@@ -317,28 +346,29 @@ def _out_proj_bias(record) -> bool:
 
 
 def _not_in_place(record) -> bool:
-    return all(same(_mha_state(record)[name], value) for name, value in _state(_pair("two")[1]).items())
+    original = _state(pair(seed_of(record), "two")[1])
+    return all(same(_mha_state(record)[name], value) for name, value in original.items())
 
 
 def _reversed(record) -> bool:
-    return same(_mha_state(record)["W_query.weight"], _heads("W_query", reverse=True))
+    heads = list(reversed(pair(seed_of(record), "two")[0].heads))
+    return same(_mha_state(record)["W_query.weight"], torch.cat([h.W_query.weight.detach() for h in heads]))
 
 
 def _roles_swapped(record) -> bool:
-    state, (_, expected) = _mha_state(record), _expected("two")
+    state, expected = _mha_state(record), _expected_state(seed_of(record), "two")
     roles = ("W_query", "W_key", "W_value")
     return any(same(state[f"{a}.weight"], expected[f"{b}.weight"]) for a in roles for b in roles if a != b)
 
 
 def _first_head_only(record) -> bool:
+    wrapper, mha = pair(seed_of(record), "two")
     got = _mha_state(record)["W_query.weight"]
-    original = _state(_pair("two")[1])["W_query.weight"]
-    head0 = _pair("two")[0].heads[0].W_query.weight.detach()
-    return same(got[:2], head0) and same(got[2:], original[2:])
+    return same(got[:2], wrapper.heads[0].W_query.weight.detach()) and same(got[2:], mha.W_query.weight.detach()[2:])
 
 
 def _bias_forgotten(record) -> bool:
-    state, (_, expected) = _mha_state(record, "bias"), _expected("bias")
+    state, expected = _mha_state(record, "bias"), _expected_state(seed_of(record), "bias")
     return _qkv_right(record, "bias") and not all(
         same(state[f"{role}.bias"], expected[f"{role}.bias"]) for role in ("W_query", "W_key", "W_value"))
 
@@ -349,6 +379,12 @@ def _error_says(*fragments):
         return error["kind"] == "error" and any(f in error["message"] for f in fragments)
     return detect
 
+
+def _replaced(kind: str):
+    return lambda record: kind in plain(record["two_parameters"]).values()
+
+
+_KEEPS = "mha keeps its parameters, trainable"
 
 TRANSFER = Exercise(
     id="3.3",
@@ -361,8 +397,8 @@ TRANSFER = Exercise(
         Check("leaves the wrapper unchanged", _wrapper_unchanged),
         Check("mha gives the wrapper's output on the running example", _same_output("two", "running")),
         Check("mha gives the wrapper's output on a random batch", _same_output("two", "random")),
-        Check("3 heads with qkv_bias", _same_output("bias", "random")),
-        Check("mha stays trainable", _trainable),
+        Check("more heads, with qkv_bias", _same_output("bias", "random")),
+        Check(_KEEPS, _keeps_parameters),
     ),
     mistakes=(
         Mistake("needs-no-grad",
@@ -402,20 +438,38 @@ TRANSFER = Exercise(
                 "The weights are right but the biases were not copied: with qkv_bias=True concatenate "
                 "the heads' biases into W_query.bias, W_key.bias and W_value.bias too.",
                 _bias_forgotten),
+        Mistake("plain-tensors",
+                "You replaced mha's weights by plain tensors: mha computes the right output, but those "
+                "weights are no longer parameters, so .parameters() misses them, no optimiser would "
+                "train them and state_dict() does not save them. Copy the values into the existing "
+                "parameters: mha.W_query.weight.copy_(...) under torch.no_grad().",
+                _replaced("plain tensor"), (_KEEPS,)),
+        Mistake("frozen",
+                "Your copies froze mha's parameters (requires_grad=False), so it cannot be trained any "
+                "more. Copy with .copy_() under torch.no_grad(): the parameters stay trainable.",
+                _replaced("frozen"), (_KEEPS,)),
     ),
+    shortcuts=package(transfer_weights, MultiHeadAttention.from_wrapper, MultiHeadAttention.from_fast),
 )
 
 # ----------------------------------------------------------------------------------------------
 # 3.4 Size an attention layer: GPT-2 small and others
 
-#: (d_model, num_heads, context_length, qkv_bias) of the layers the answer is asked about.
-LAYERS = {"GPT-2 small": (768, 12, 1024, True), "GPT-2 medium": (1024, 16, 1024, True),
-          "a toy layer without qkv bias": (4, 2, 6, False)}
 KEYS = ("head_dim", "parameters", "attention_weights_mib")
+GPT2 = "GPT-2 small"
 
 
-def _layer_expected(name: str) -> dict:
-    d, h, t, bias = LAYERS[name]
+def layer_cases(seed: int) -> dict[str, tuple[int, int, int, bool]]:
+    """``(d_model, num_heads, context_length, qkv_bias)``: GPT-2 small, and two layers drawn from the seed."""
+    a = draw(seed, "3.4 a", {"head_dim": (8, 128), "num_heads": (2, 32), "context_length": (64, 4096)})
+    b = draw(seed, "3.4 b", {"head_dim": (1, 6), "num_heads": (2, 5), "context_length": (3, 40)})
+    return {GPT2: (768, 12, 1024, True),
+            "a layer with qkv bias": (a["head_dim"] * a["num_heads"], a["num_heads"], a["context_length"], True),
+            "a small layer without qkv bias": (b["head_dim"] * b["num_heads"], b["num_heads"], b["context_length"], False)}
+
+
+def layer_expected(args) -> dict:
+    d, h, t, bias = args
     return {
         "head_dim": d // h,
         "parameters": parameter_count("batched", d, d, h, qkv_bias=bias),
@@ -424,54 +478,58 @@ def _layer_expected(name: str) -> dict:
 
 
 def _probe_size(size, rec: Recorder) -> None:
-    for name, (d, h, t, bias) in LAYERS.items():
+    for name, (d, h, t, bias) in layer_cases(rec.seed).items():
         rec.call(name, size, d, h, t, qkv_bias=bias)
 
 
-def _call_text(name: str) -> str:
-    d, h, t, bias = LAYERS[name]
+def _size_call(args) -> str:
+    d, h, t, bias = args
     return f"attention_layer_size({d}, {h}, {t}, qkv_bias={bias})"
 
 
 def _size_answer(record, name: str) -> dict:
-    summary = value_of(record, name, _call_text(name))
+    args = layer_cases(seed_of(record))[name]
+    summary = value_of(record, name, _size_call(args))
     answer = plain(summary)
     if not isinstance(answer, dict) or any(key not in answer for key in KEYS):
         raise Failed(f"a dict with keys {', '.join(KEYS)}", describe(summary))
     return answer
 
 
-def _number(value):
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        value = value.item()
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _agrees(got, expected) -> bool:
-    got = _number(got)
-    return got is not None and abs(got - expected) <= 1e-6 * max(1.0, abs(expected))
+def _as_number(value):
+    if isinstance(value, torch.Tensor):
+        return number({"kind": "tensor", "value": value})
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _size_key(name: str, keys=KEYS):
     def run(record):
-        answer, expected = _size_answer(record, name), _layer_expected(name)
+        args = layer_cases(seed_of(record))[name]
+        answer, expected = _size_answer(record, name), layer_expected(args)
         for key in keys:
-            if not _agrees(answer[key], expected[key]):
-                got = _number(answer[key])
-                raise Failed(f"{key} = {expected[key]:,}", f"{got:,}" if got is not None else repr(answer[key]))
+            got = _as_number(answer[key])
+            if not agrees(got, expected[key]):
+                raise Failed(f"{key} = {expected[key]:,} for {_size_call(args)}",
+                             f"{got:,}" if got is not None else repr(answer[key]))
     return run
 
 
-_D, _H, _T, _ = LAYERS["GPT-2 small"]
+_D, _H, _T, _ = 768, 12, 1024, True
 
 
 def _small_is(key: str, value) -> callable:
-    return lambda record: _agrees(plain(record["GPT-2 small"])[key], value)
+    return lambda record: agrees(_as_number(plain(record[GPT2])[key]), value)
+
+
+def _biases_without_qkv_bias(record) -> bool:
+    d, h, _, _ = layer_cases(seed_of(record))[_NO_BIAS]
+    return agrees(_as_number(plain(record[_NO_BIAS])["parameters"]), parameter_count("batched", d, d, h, qkv_bias=True))
 
 
 _HEAD_DIM_CHECK = ("GPT-2 small: head_dim",)
 _PARAMETERS_CHECK = ("GPT-2 small: parameters",)
 _MIB_CHECK = ("GPT-2 small: attention_weights_mib",)
+_NO_BIAS = "a small layer without qkv bias"
 
 SIZE = Exercise(
     id="3.4",
@@ -480,12 +538,12 @@ SIZE = Exercise(
     signature="attention_layer_size(d_model, num_heads, context_length, qkv_bias=True)",
     probe=_probe_size,
     checks=(
-        Check("returns the three numbers", lambda r: _size_answer(r, "GPT-2 small")),
-        Check(_HEAD_DIM_CHECK[0], _size_key("GPT-2 small", ("head_dim",))),
-        Check(_PARAMETERS_CHECK[0], _size_key("GPT-2 small", ("parameters",))),
-        Check(_MIB_CHECK[0], _size_key("GPT-2 small", ("attention_weights_mib",))),
-        Check("GPT-2 medium (1024 wide, 16 heads)", _size_key("GPT-2 medium")),
-        Check("a toy layer without qkv bias (4 wide, 2 heads, 6 tokens)", _size_key("a toy layer without qkv bias")),
+        Check("returns the three numbers", lambda r: _size_answer(r, GPT2)),
+        Check(_HEAD_DIM_CHECK[0], _size_key(GPT2, ("head_dim",))),
+        Check(_PARAMETERS_CHECK[0], _size_key(GPT2, ("parameters",))),
+        Check(_MIB_CHECK[0], _size_key(GPT2, ("attention_weights_mib",))),
+        Check("a layer of other sizes, with qkv bias", _size_key("a layer with qkv bias")),
+        Check(_NO_BIAS, _size_key(_NO_BIAS)),
     ),
     mistakes=(
         Mistake("head-dim-is-d-model",
@@ -525,12 +583,13 @@ SIZE = Exercise(
         Mistake("bias-always",
                 "With qkv_bias=False the query, key and value projections have no biases; only "
                 "out_proj keeps its bias.",
-                lambda record: _agrees(plain(record["a toy layer without qkv bias"])["parameters"],
-                                       parameter_count("batched", 4, 4, 2, qkv_bias=True)),
-                ("a toy layer without qkv bias (4 wide, 2 heads, 6 tokens)",)),
+                _biases_without_qkv_bias, (_NO_BIAS,)),
     ),
+    shortcuts=package(parameter_count, count_parameters, score_memory_bytes, multiply_adds, cost_by_heads,
+                      why="This asks mha_course for the numbers: work them out from the arguments.")
+    + attention_modules(),
 )
 
-EXERCISES = (SPLIT, MERGE, TRANSFER, SIZE)
+EXERCISES = (SPLIT, MERGE, TRANSFER, SIZE, CAPSTONE)
 
-__all__ = ["EXERCISES", "reference_split"]
+__all__ = ["EXERCISES", "split_cases", "merge_cases", "transfer_cases", "pair", "layer_cases", "layer_expected"]

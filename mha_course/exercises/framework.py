@@ -2,30 +2,41 @@
 
 Checking an answer has two halves:
 
-* the **probe** calls the learner's function or class on fixed and seeded random inputs and writes
-  down what happened - the tensors it returned, the errors it raised, which weights received
-  gradients - as plain data, the *record* (a dict of tensors, numbers and strings);
-* the **judge** compares the record with the package's reference implementation, one named check
-  at a time. When a check fails it matches the record against the exercise's catalogue of typical
-  mistakes, so the learner reads what probably went wrong, not only which numbers differ.
+* the **probe** calls the learner's function or class on inputs drawn from a seed chosen afresh
+  for every run, and writes down what happened - the tensors it returned, the errors it raised,
+  which weights received gradients, which of the package's own answers it called - as plain
+  data, the *record* (see :mod:`~mha_course.exercises.records`);
+* the **judge** rebuilds the same inputs from the record's seed and compares the record with the
+  package's reference implementation, one named check at a time. When a check fails it matches
+  the record against the exercise's catalogue of typical mistakes, so the learner reads what
+  probably went wrong, not only which numbers differ. Messages show the inputs (sizes, and the
+  seed of a random batch) and both results; the next run draws other inputs, so a number copied
+  from a message is no answer.
 
-:func:`run_check` runs both in the learner's process. The grader runs the probe in the notebook's
-kernel and the judge in its own process, which never ran any notebook code: nothing a notebook does
-to its own namespace (deleting names, redefining ``check``, monkeypatching the package or torch)
-can turn a wrong answer into a pass.
+Every exercise starts with the check "written by you": the answer must not be, nor call, the
+package's own answer to it (see :mod:`~mha_course.exercises.shortcuts`).
+
+:func:`run_check` runs both in the learner's process. The grader runs the probe where the
+notebook's answers live and the judge in its own process, which never ran any notebook code.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-import numbers
-import reprlib
+import os
+import secrets
 import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 import torch
+
+from .records import (ATOL, NAME_KEY, PROBE_ERROR_KEY, RTOL, SEED_KEY, STATUS_KEY, Failed, Recorder,  # noqa: F401
+                      close, describe, entry, error_summary, expect_close, expect_shape, format_number,
+                      format_shape, format_values, int_of, number, number_of, plain, same, seed_of, summarise,
+                      tensor_of, value_of)
+from .shortcuts import CALLS_KEY, IS_KEY, CallWatch, Shortcut, answer_is, check_internals, own_code_check
 
 # The status of one checked exercise.
 PASSED = "passed"
@@ -43,24 +54,11 @@ FAIL_MARK = "✗"
 #: The first line of the stub the student edition puts in place of a solution.
 STUB_MESSAGE = "Replace this line with your solution."
 
-# Record keys the framework itself writes (the probes use plain names).
-STATUS_KEY = "__status__"
-PROBE_ERROR_KEY = "__probe_error__"
-NAME_KEY = "__name__"
+#: Set this environment variable to a whole number to make every check draw the same inputs.
+SEED_ENV_VAR = "MHA_COURSE_CHECK_SEED"
 
-# Tolerances for float32 results computed in a different order from the reference.
-ATOL = 1e-5
-RTOL = 1e-4
-
-
-class Failed(Exception):
-    """Raised by a check: what the check expected, what it got, and an optional hint."""
-
-    def __init__(self, expected: str, got: str, hint: str = ""):
-        super().__init__(f"expected {expected}, got {got}")
-        self.expected = expected
-        self.got = got
-        self.hint = hint
+#: The name of the check every exercise starts with (see :mod:`~mha_course.exercises.shortcuts`).
+OWN_CODE = "written by you"
 
 
 @dataclass(frozen=True)
@@ -94,21 +92,34 @@ class Exercise:
         answer_name: the name the learner's answer has in the chapter notebook.
         signature: how the answer is called, e.g. ``"build_causal_mask(num_tokens, device=None)"``.
         probe: ``probe(answer, recorder)`` runs the answer and records what it did.
-        checks: the checks, in the order they are reported.
+        checks: the checks, in the order they are reported; the check "written by you" is put
+            first whatever the exercise lists.
         mistakes: the catalogue of typical wrong answers, most specific first.
+        shortcuts: the package's functions and classes (and torch calls) that already do what the
+            exercise asks; an answer that is or calls one fails "written by you".
     """
 
     id: str
     title: str
     answer_name: str
     signature: str
-    probe: Callable[[Any, "Recorder"], None]
+    probe: Callable[[Any, Recorder], None]
     checks: tuple[Check, ...]
     mistakes: tuple[Mistake, ...] = ()
+    shortcuts: tuple[Shortcut, ...] = ()
+
+    def __post_init__(self):
+        if not self.checks or self.checks[0].name != OWN_CODE:
+            own = Check(OWN_CODE, lambda record: own_code_check(self.all_shortcuts())(record))
+            object.__setattr__(self, "checks", (own, *self.checks))
 
     @property
     def chapter(self) -> int:
         return int(self.id.split(".")[0])
+
+    def all_shortcuts(self) -> tuple[Shortcut, ...]:
+        """The exercise's shortcuts and the checks' own functions."""
+        return (*self.shortcuts, *check_internals())
 
 
 @dataclass(frozen=True)
@@ -149,67 +160,6 @@ class CheckResult:
 # The probe side: run the answer, record plain data.
 
 
-def error_summary(error: BaseException) -> dict:
-    """A raised error as record data."""
-    message = str(error).strip().splitlines()
-    return {"kind": "error", "type": type(error).__name__, "message": message[0][:300] if message else ""}
-
-
-def summarise(value: Any, depth: int = 0) -> dict:
-    """Turn anything an answer returns into record data (tensors are copied to the CPU)."""
-    if isinstance(value, torch.Tensor):
-        return {
-            "kind": "tensor",
-            "value": value.detach().to("cpu", copy=True),
-            "device": str(value.device),
-            "dtype": str(value.dtype).removeprefix("torch."),
-            "requires_grad": bool(value.requires_grad),
-        }
-    if value is None:
-        return {"kind": "none"}
-    if isinstance(value, bool):
-        return {"kind": "bool", "value": value}
-    if isinstance(value, numbers.Integral):
-        return {"kind": "int", "value": int(value)}
-    if isinstance(value, numbers.Real):
-        return {"kind": "float", "value": float(value)}
-    if isinstance(value, str):
-        return {"kind": "str", "value": value[:200]}
-    if depth < 4 and isinstance(value, (list, tuple, range)) and len(value) <= 10_000:
-        return {"kind": "sequence", "type": type(value).__name__,
-                "value": [summarise(item, depth + 1) for item in value]}
-    if depth < 4 and isinstance(value, dict) and len(value) <= 100:
-        return {"kind": "dict", "value": {str(k): summarise(v, depth + 1) for k, v in value.items()}}
-    return {"kind": "object", "type": type(value).__name__, "repr": reprlib.repr(value)[:200]}
-
-
-class Recorder:
-    """Collects a probe's record. ``call`` runs learner code and never lets its errors escape,
-    except ``NotImplementedError``, which means "not implemented yet"."""
-
-    def __init__(self) -> None:
-        self.record: dict[str, Any] = {}
-
-    def call(self, key: str, fn: Callable, *args, **kwargs) -> Any:
-        """Call ``fn(*args, **kwargs)``; record its result (or the error it raised) under ``key``.
-
-        Returns the raw result, or ``None`` when it raised.
-        """
-        try:
-            result = fn(*args, **kwargs)
-        except NotImplementedError:
-            raise
-        except (Exception, SystemExit) as error:  # SystemExit: an answer that calls exit()
-            self.record[key] = error_summary(error)
-            return None
-        self.record[key] = summarise(result)
-        return result
-
-    def note(self, key: str, value: Any) -> None:
-        """Record a value the probe computed itself."""
-        self.record[key] = summarise(value)
-
-
 @contextlib.contextmanager
 def _isolated():
     """Run learner code without printing, warning or moving the caller's random state."""
@@ -221,12 +171,33 @@ def _isolated():
             yield
 
 
-def probe(exercise: Exercise, answer: Any) -> dict:
-    """Run ``exercise``'s probe on ``answer`` and return the record. Never raises."""
+def run_seed() -> int:
+    """A fresh seed for one check run (or the one in ``MHA_COURSE_CHECK_SEED``)."""
+    fixed = os.environ.get(SEED_ENV_VAR, "").strip()
+    if fixed:
+        try:
+            return int(fixed) % 1_000_000
+        except ValueError:
+            raise ValueError(f"{SEED_ENV_VAR} must be a whole number, got {fixed!r}; unset it for "
+                             "fresh inputs on every run.") from None
+    return secrets.randbelow(1_000_000)
+
+
+def probe(exercise: Exercise, answer: Any, seed: int | None = None) -> dict:
+    """Run ``exercise``'s probe on ``answer`` and return the record. Never raises.
+
+    Args:
+        exercise: the exercise.
+        answer: the learner's function or class (``None`` or ``...`` count as not done yet).
+        seed: the seed of the random inputs; by default a fresh one (see :func:`run_seed`).
+    """
     if answer is None or answer is Ellipsis:
         return {STATUS_KEY: NOT_IMPLEMENTED}
-    recorder = Recorder()
+    shortcuts = exercise.all_shortcuts()
+    watch = CallWatch(shortcuts)
+    recorder = Recorder(run_seed() if seed is None else seed, watch)
     recorder.record[NAME_KEY] = getattr(answer, "__name__", type(answer).__name__)
+    recorder.note(IS_KEY, answer_is(answer, shortcuts))
     try:
         with _isolated():
             exercise.probe(answer, recorder)
@@ -236,157 +207,12 @@ def probe(exercise: Exercise, answer: Any) -> dict:
         # The answer returned something so unusual that the probe's own code tripped over it;
         # the checks that need the missing entries will say so.
         recorder.record[PROBE_ERROR_KEY] = error_summary(error)
+    recorder.note(CALLS_KEY, list(watch.seen))
     return recorder.record
 
 
 # ----------------------------------------------------------------------------------------------
 # The judge side: compare the record with the reference.
-
-
-def describe(summary: dict | None) -> str:
-    """A few words for what an answer returned, e.g. ``"a bool tensor of shape (3, 3)"``."""
-    if summary is None:
-        return "nothing (the check did not get that far)"
-    kind = summary.get("kind")
-    if kind == "tensor":
-        return f"a {summary['dtype']} tensor of shape {format_shape(summary['value'].shape)}"
-    if kind == "error":
-        return f"{summary['type']}: {summary['message']}" if summary["message"] else summary["type"]
-    if kind == "none":
-        return "None"
-    if kind in ("int", "float", "bool", "str"):
-        return f"the {kind} {summary['value']!r}"
-    if kind == "sequence":
-        return f"a {summary['type']} of {len(summary['value'])} items"
-    if kind == "dict":
-        return f"a dict with keys {sorted(summary['value'])}"
-    return f"an object of type {summary.get('type', '?')}: {summary.get('repr', '')}"
-
-
-def entry(record: dict, key: str) -> dict:
-    """The record entry ``key``; a :class:`Failed` if the probe stopped before writing it."""
-    if key in record:
-        return record[key]
-    if PROBE_ERROR_KEY in record:
-        raise Failed("the answer to run through this check",
-                     f"a probe stopped by {describe(record[PROBE_ERROR_KEY])}")
-    raise Failed("the answer to run through this check", "no result: an earlier step failed")
-
-
-def value_of(record: dict, key: str, what: str = "the call") -> dict:
-    """The entry ``key``; a :class:`Failed` naming the error if the learner's code raised."""
-    summary = entry(record, key)
-    if summary.get("kind") == "error":
-        raise Failed(f"{what} to run", f"{describe(summary)}")
-    return summary
-
-
-def tensor_of(record: dict, key: str, what: str = "the call") -> torch.Tensor:
-    """The tensor the answer returned under ``key``; a :class:`Failed` for anything else."""
-    summary = value_of(record, key, what)
-    if summary.get("kind") != "tensor":
-        raise Failed("a torch.Tensor", describe(summary))
-    return summary["value"]
-
-
-def int_of(record: dict, key: str, what: str = "the call") -> int:
-    """The integer the answer returned under ``key`` (an integer-valued 0-d tensor counts too)."""
-    summary = value_of(record, key, what)
-    if summary.get("kind") == "int":
-        return summary["value"]
-    if summary.get("kind") == "tensor" and summary["value"].numel() == 1 and not summary["value"].is_floating_point():
-        return int(summary["value"].item())
-    if summary.get("kind") == "float" and float(summary["value"]).is_integer():
-        return int(summary["value"])
-    raise Failed("a whole number (int)", describe(summary))
-
-
-def plain(summary: Any) -> Any:
-    """Record data back to Python values: ints, floats, lists, dicts and CPU tensors."""
-    if not isinstance(summary, dict) or "kind" not in summary:
-        return summary
-    kind = summary["kind"]
-    if kind == "sequence":
-        return [plain(item) for item in summary["value"]]
-    if kind == "dict":
-        return {k: plain(v) for k, v in summary["value"].items()}
-    if kind in ("tensor", "int", "float", "bool", "str"):
-        return summary["value"]
-    if kind == "none":
-        return None
-    return summary
-
-
-def format_shape(shape) -> str:
-    return "(" + ", ".join(str(int(n)) for n in shape) + (",)" if len(shape) == 1 else ")")
-
-
-def format_number(value: float, decimals: int = 3) -> str:
-    if value != value:  # NaN
-        return "nan"
-    if value in (float("inf"), float("-inf")):
-        return "inf" if value > 0 else "-inf"
-    rounded = round(float(value), decimals)
-    return f"{rounded + 0.0:.{decimals}f}"  # + 0.0 turns -0.0 into 0.0
-
-
-def format_values(t: torch.Tensor, limit: int = 6) -> str:
-    """The first ``limit`` entries of a tensor, flattened: ``[0.123, -0.400, ...]``."""
-    flat = t.reshape(-1).tolist()
-    if t.dtype == torch.bool:
-        items = [str(v) for v in flat[:limit]]
-    elif t.is_floating_point():
-        items = [format_number(v) for v in flat[:limit]]
-    else:
-        items = [str(v) for v in flat[:limit]]
-    return "[" + ", ".join(items) + (", ...]" if len(flat) > limit else "]")
-
-
-def close(got: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
-    """Elementwise agreement; NaN never agrees with a number."""
-    if got.dtype == torch.bool or expected.dtype == torch.bool:
-        return got.to(torch.bool) == expected.to(torch.bool)
-    return torch.isclose(got.double(), expected.double(), atol=ATOL, rtol=RTOL)
-
-
-def same(got: torch.Tensor | None, expected: torch.Tensor | None) -> bool:
-    """True if both are tensors of one shape with equal values (NaN where the other has NaN)."""
-    if not isinstance(got, torch.Tensor) or not isinstance(expected, torch.Tensor):
-        return False
-    if got.shape != expected.shape:
-        return False
-    if got.dtype == torch.bool or expected.dtype == torch.bool:
-        return bool((got.to(torch.bool) == expected.to(torch.bool)).all())
-    return bool(torch.allclose(got.double(), expected.double(), atol=ATOL, rtol=RTOL, equal_nan=True))
-
-
-def expect_shape(got: torch.Tensor, shape: tuple) -> None:
-    if tuple(got.shape) != tuple(shape):
-        raise Failed(f"shape {format_shape(shape)}", f"shape {format_shape(got.shape)}")
-
-
-def expect_close(got: torch.Tensor, expected: torch.Tensor, labels: tuple[str, ...] = ("row",)) -> None:
-    """Raise :class:`Failed` showing the first row (all but the last axis) that differs.
-
-    ``labels`` name the leading axes, e.g. ``("sequence", "token")`` gives
-    ``"sequence 0, token 2 = [0.310, 0.120]"``.
-    """
-    expect_shape(got, tuple(expected.shape))
-    agree = close(got, expected)
-    if bool(agree.all()):
-        return
-    if expected.dim() <= 1:
-        raise Failed(format_values(expected, limit=8), format_values(got, limit=8))
-    rows = agree.reshape(-1, expected.shape[-1]).all(dim=-1)
-    first = int((~rows).nonzero()[0])
-    index = []
-    for size in reversed(expected.shape[:-1]):
-        index.append(first % size)
-        first //= size
-    index = tuple(reversed(index))
-    names = list(labels)[-len(index):] if len(labels) >= len(index) else ["index"] * len(index)
-    where = ", ".join(f"{name} {i}" for name, i in zip(names, index))
-    raise Failed(f"{where} = {format_values(expected[index])}", format_values(got[index]))
 
 
 def detect_safely(mistake: Mistake, record: dict) -> bool:
@@ -423,8 +249,10 @@ def _judge(exercise: Exercise, record: dict) -> CheckResult:
             failure = raised
         except Exception as error:  # an answer so unusual that the check could not read it
             failure = Failed("an answer this check can read", f"{type(error).__name__}: {error}")
-        mistake = next((m for m in exercise.mistakes
-                        if (not m.only_for or item.name in m.only_for) and detect_safely(m, record)), None)
+        mistake = None
+        if item.name != OWN_CODE:  # a shortcut is its own explanation
+            mistake = next((m for m in exercise.mistakes
+                            if (not m.only_for or item.name in m.only_for) and detect_safely(m, record)), None)
         hint = mistake.message if mistake else failure.hint
         line = f"{FAIL_MARK} {exercise.id}: {item.name}: expected {failure.expected}, got {failure.got.rstrip('.')}."
         if hint:
