@@ -64,7 +64,7 @@ def test_a_cell_that_raises_is_reported_and_the_rest_still_counts(graded):
     assert "cell 6 raised ZeroDivisionError: division by zero" in notebook["events"]
     wrong = notebook["exercises"][1]
     assert "Nothing stops a token from attending to later tokens" in wrong["line"]
-    assert wrong["checks_passed"] == 2 and wrong["checks_total"] == 7
+    assert wrong["checks_passed"] == 3 and wrong["checks_total"] == 8
     assert notebook["score"] == 1 and notebook["max_score"] == 3
 
 
@@ -78,7 +78,7 @@ def test_tampering_cannot_fake_a_pass(graded):
     assert "You returned the visibility table" in first["line"]
     assert "1.1: the notebook printed a pass, but the grader's own check says failed" in notebook["events"]
     # The deleted answer is reported as missing, by name.
-    assert "no visible_positions is defined in the notebook" in notebook["exercises"][2]["line"]
+    assert "no head_shapes is defined in the notebook" in notebook["exercises"][2]["line"]
     assert "1.3: the notebook printed a pass, but the grader's own check says missing" in notebook["events"]
 
 
@@ -108,8 +108,8 @@ def test_exercises_are_found_by_check_calls_and_chapter_file_names(tmp_path):
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('check( "2.3", f)')])
     assert exercises_for(notebook, tmp_path / "mine.ipynb") == ["2.1", "2.2", "2.3"]
     empty = nbformat.v4.new_notebook()
-    assert exercises_for(empty, tmp_path / "03_batched.ipynb") == ["3.1", "3.2", "3.3", "3.4"]
-    assert exercises_for(empty, tmp_path / "05_why_several_heads.ipynb") == ["5.1", "5.2"]
+    assert exercises_for(empty, tmp_path / "03_batched.ipynb") == ["3.1", "3.2", "3.3", "3.4", "3.5"]
+    assert exercises_for(empty, tmp_path / "05_why_several_heads.ipynb") == ["5.1"]
     assert exercises_for(empty, tmp_path / "notes.ipynb") == []
 
 
@@ -128,16 +128,17 @@ def test_an_unreadable_notebook_is_reported_not_raised(tmp_path):
 
 
 def test_a_chapter_5_notebook_is_graded_by_its_file_name(tmp_path):
-    # No check calls at all: the file name says chapter 5, and the answers are found by name.
+    # No check calls at all: the file name says chapter 5, and the answer is found by name.
     cells = [
-        "import torch",
-        "def first_minus_previous(tokens):\n    return tokens[:, :1] - tokens[:, :-1]",
-        "def scores_from_maps(maps):\n    queries = torch.arange(2, maps.shape[-1])\n"
-        "    return torch.stack([maps[:, queries, queries - 1].mean(1), maps[:, queries, 0].mean(1)], dim=1)",
+        "import copy\nimport torch\nfrom mha_course.specialise import accuracy",
+        "def accuracy_drop(model, head, tokens, labels):\n    ablated = copy.deepcopy(model)\n"
+        "    d_h = model.attention.head_dim\n    with torch.no_grad():\n"
+        "        ablated.attention.out_proj.weight[:, head * d_h:(head + 1) * d_h] = 0\n"
+        "    return accuracy(ablated, tokens, labels) - accuracy(model, tokens, labels)  # the wrong way round",
     ]
     path = tmp_path / "05_why_several_heads.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), path)
     report = grade_notebook(path, timeout=120, check_timeout=120)
-    assert {e.id: e.status for e in report.exercises} == {"5.1": "passed", "5.2": "failed"}
-    assert "Your two columns are swapped" in report.exercises[1].line
-    assert report.score == 1 and report.max_score == 2
+    assert {e.id: e.status for e in report.exercises} == {"5.1": "failed"}
+    assert "Your drop has the wrong sign" in report.exercises[0].line
+    assert report.score == 0 and report.max_score == 1

@@ -82,7 +82,7 @@ def _probe(cls, rec: Recorder) -> None:
         module.train()  # dropout is 0 here: training mode changes nothing but must work
         probe_backward(rec, "main_grad_out", rec.call("main_grad_out", module, x))
         rec.note("main_gradients", parameters_with_gradients(module))
-        probe_on_devices(rec, "main_on", lambda device: module.to(device)(x.to(device)))
+        probe_on_devices(rec, "main_on", lambda device, module=module, x=x: module.to(device)(x.to(device)))
 
 
 def reference(record, case: str) -> MultiHeadAttention:

@@ -84,7 +84,7 @@ def _probe_stacked(cls, rec: Recorder) -> None:
         rec.note("two_head_grads", [all(p.grad is not None and bool(p.grad.abs().sum() > 0)
                                         for p in head.parameters()) for head in _heads_in(module)])
         if isinstance(module, nn.Module):
-            probe_on_devices(rec, "two_on", lambda device: module.to(device)(x.to(device)))
+            probe_on_devices(rec, "two_on", lambda device, module=module, x=x: module.to(device)(x.to(device)))
     biased = rec.call("bias_build", cls, 3, 2, 6, 0.0, 2, qkv_bias=True)
     rec.note("bias_parameters", _parameters(biased))
 

@@ -172,7 +172,7 @@ def _probe_fused(forward, rec: Recorder) -> None:
         rec.call("main_future", forward, mha, future_changed(x, rec.seed))
         probe_backward(rec, "main_grad_out", rec.call("main_grad_out", forward, mha, x))
         rec.note("main_gradients", parameters_with_gradients(mha))
-        probe_on_devices(rec, "main_on", lambda device: forward(mha.to(device), x.to(device)))
+        probe_on_devices(rec, "main_on", lambda device, mha=mha, x=x: forward(mha.to(device), x.to(device)))
 
 
 def _fused_output(case: str):

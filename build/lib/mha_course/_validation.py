@@ -1,0 +1,138 @@
+"""Argument and input checks shared by every attention module.
+
+Each check raises an error that names the argument, the value it got and what to do instead, so a
+learner sees the cause of a mistake in one line rather than a traceback from inside torch.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+
+
+def check_positive_int(name: str, value, hint: str = "") -> int:
+    """Return ``value`` if it is a positive integer, else raise a ``ValueError``/``TypeError``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            f"{name} must be a positive integer, got {value!r} ({type(value).__name__}). "
+            f"Pass a whole number such as {name}=4.{(' ' + hint) if hint else ''}"
+        )
+    if value <= 0:
+        raise ValueError(
+            f"{name} must be a positive integer, got {value}. "
+            f"Pass a whole number of at least 1.{(' ' + hint) if hint else ''}"
+        )
+    return int(value)
+
+
+def check_non_negative_int(name: str, value) -> int:
+    """Return ``value`` if it is an integer of at least 0, else raise a ``ValueError``/``TypeError``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            f"{name} must be a non-negative integer, got {value!r} ({type(value).__name__}). "
+            f"Pass a whole number such as {name}=4."
+        )
+    if value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value}. Pass 0 or more.")
+    return int(value)
+
+
+def check_dropout(value) -> float:
+    """Return ``value`` as a float if it is a probability in [0, 1), else raise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"dropout must be a number in [0, 1), got {value!r} ({type(value).__name__}). "
+            "It is the probability of zeroing an attention weight during training; use 0.0 for none."
+        )
+    if not 0.0 <= float(value) < 1.0:
+        raise ValueError(
+            f"dropout must be in [0, 1), got {value}. It is the probability of zeroing an attention "
+            "weight during training: 0.0 turns it off, 0.1 is a common choice, and 1.0 would drop "
+            "every weight."
+        )
+    return float(value)
+
+
+def check_bool(name: str, value) -> bool:
+    """Return ``value`` if it is ``True`` or ``False``, else raise a ``TypeError``.
+
+    Switches such as ``qkv_bias`` are strict: ``qkv_bias="no"`` is a non-empty string, hence truthy,
+    and would silently create the bias it meant to turn off.
+    """
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"{name} must be True or False, got {value!r} ({type(value).__name__}). "
+            f"Pass {name}=True or {name}=False."
+        )
+    return value
+
+
+def check_divisible(d_out: int, num_heads: int) -> int:
+    """Return ``head_dim = d_out // num_heads`` or explain why ``d_out`` cannot be split evenly."""
+    if d_out % num_heads != 0:
+        lower = (d_out // num_heads) * num_heads
+        upper = lower + num_heads
+        suggestion = f"d_out={upper}" if lower == 0 else f"d_out={lower} or d_out={upper}"
+        raise ValueError(
+            f"d_out ({d_out}) must be divisible by num_heads ({num_heads}): every head gets "
+            f"head_dim = d_out // num_heads columns. Choose a multiple of num_heads, e.g. {suggestion}, "
+            f"or a num_heads that divides {d_out}."
+        )
+    return d_out // num_heads
+
+
+def check_input(x, d_in: int, context_length: int | None, like: torch.Tensor | None = None) -> None:
+    """Check that ``x`` is a (batch, num_tokens, d_in) float tensor that fits the causal mask.
+
+    ``context_length=None`` skips the length check. ``like``, a weight of the module, adds a check
+    that ``x`` has its dtype (unless autocast is on, which casts both itself) and its device.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(
+            f"x must be a torch.Tensor of shape (batch, num_tokens, d_in), got {type(x).__name__}. "
+            "Convert it first, e.g. x = torch.tensor(data, dtype=torch.float32)."
+        )
+    if x.dim() != 3:
+        fix = (
+            " For a single sequence add a batch dimension: x.unsqueeze(0)."
+            if x.dim() == 2
+            else ""
+        )
+        raise ValueError(
+            f"x must be a 3-D tensor of shape (batch, num_tokens, d_in), got shape "
+            f"{tuple(x.shape)} ({x.dim()}-D).{fix}"
+        )
+    if not x.is_floating_point():
+        raise TypeError(
+            f"x must be a floating-point tensor, got dtype {x.dtype}. Attention works on embedded "
+            "vectors, not token ids: embed the ids first, or convert with x.float()."
+        )
+    if x.shape[-1] != d_in:
+        raise ValueError(
+            f"x has {x.shape[-1]} features per token (x.shape[-1]) but the module was built with "
+            f"d_in={d_in}. Build the module with d_in={x.shape[-1]}, or pass inputs whose last "
+            f"dimension is {d_in}."
+        )
+    if like is not None:
+        check_same_dtype_and_device(x, like)
+    if context_length is not None and x.shape[1] > context_length:
+        raise ValueError(
+            f"x has {x.shape[1]} tokens (x.shape[1]) but the module was built with "
+            f"context_length={context_length}, so its causal mask covers only {context_length} "
+            f"positions. Build it with context_length>={x.shape[1]}, or shorten the input."
+        )
+
+
+def check_same_dtype_and_device(x: torch.Tensor, like: torch.Tensor) -> None:
+    """Check that input ``x`` has the dtype and device of the module weight ``like``."""
+    if x.device != like.device:
+        raise ValueError(
+            f"x is on {x.device} but the module's weights are on {like.device}. Move the input with "
+            f"x.to({str(like.device)!r}), or the module with module.to({str(x.device)!r})."
+        )
+    if x.dtype != like.dtype and not torch.is_autocast_enabled(x.device.type):
+        raise TypeError(
+            f"x has dtype {x.dtype} but the module's weights are {like.dtype}. Convert the input "
+            f"with x.to({like.dtype}), or the module with module.to({x.dtype})."
+        )

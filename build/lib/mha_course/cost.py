@@ -1,0 +1,194 @@
+"""What attention costs: exact parameter counts, multiply-adds and score-tensor memory.
+
+Formulas for the three stages of the course, written out term by term so that a chapter can show
+where the cost comes from, and checked by the tests against the real modules (parameters) and
+against counted matrix products (multiply-adds).
+
+Two regimes recur in the book:
+
+* **head width fixed** (the wrapper, or ``MultiHeadAttention`` with ``d_out = num_heads * head_dim``
+  growing with the heads): parameters and work grow with the number of heads;
+* **model width fixed** (``MultiHeadAttention`` with ``d_out`` fixed and ``head_dim = d_out //
+  num_heads``): parameters and multiply-adds stay the same whatever the number of heads; only
+  the score tensor grows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+from ._validation import check_divisible, check_positive_int
+
+#: The stages the formulas know: one head, stacked heads, batched heads.
+KINDS = ("causal", "wrapper", "batched")
+
+
+def count_parameters(module: nn.Module, trainable_only: bool = True) -> int:
+    """Count a module's parameters by walking it (the measured side of the formulas)."""
+    return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
+
+
+def _check_kind(kind: str) -> str:
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}.")
+    return kind
+
+
+def _heads_and_width(kind: str, d_out: int, num_heads: int) -> tuple[int, int]:
+    """Return (num_heads, head_dim) for a stage, reading d_out the way that stage's class does."""
+    if kind == "causal":
+        return 1, d_out
+    if kind == "wrapper":
+        return num_heads, d_out  # d_out is per head
+    return num_heads, check_divisible(d_out, num_heads)  # d_out is the total
+
+
+def parameter_count(kind: str, d_in: int, d_out: int, num_heads: int = 1, qkv_bias: bool = False) -> int:
+    """Exact number of trainable parameters of a stage's module, from its constructor arguments.
+
+    * ``causal``: three ``d_in x d_out`` projections.
+    * ``wrapper``: ``num_heads`` times that (``d_out`` per head).
+    * ``batched``: three ``d_in x d_out`` projections plus the ``d_out x d_out`` output
+      projection with its bias (``d_out`` total).
+
+    Example:
+        >>> parameter_count("batched", d_in=768, d_out=768, num_heads=12)
+        2360064
+    """
+    _check_kind(kind)
+    d_in = check_positive_int("d_in", d_in)
+    d_out = check_positive_int("d_out", d_out)
+    num_heads = check_positive_int("num_heads", num_heads)
+    heads, head_dim = _heads_and_width(kind, d_out, num_heads)
+    width = heads * head_dim  # total width of the Q, K and V projections
+    qkv = 3 * (d_in * width + (width if qkv_bias else 0))
+    out_proj = width * width + width if kind == "batched" else 0
+    return qkv + out_proj
+
+
+@dataclass(frozen=True)
+class MultiplyAdds:
+    """Multiply-adds of one forward pass, split by step. One multiply-add is two FLOPs."""
+
+    projections: int  # x @ W_q, x @ W_k, x @ W_v
+    scores: int  # q @ k^T for every head: the full T x T square, as the code computes it
+    weighted_sum: int  # attention weights @ v
+    out_proj: int  # merged heads @ W_o (batched stage only)
+
+    @property
+    def total(self) -> int:
+        return self.projections + self.scores + self.weighted_sum + self.out_proj
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.total
+
+    @property
+    def forward_backward(self) -> int:
+        """Multiply-adds of a forward and backward pass when the input needs a gradient too.
+
+        The backward pass of every product ``C = A @ B`` runs two products of the same size,
+        ``dA = dC @ B^T`` and ``dB = A^T @ dC``, so a training step costs three forward passes.
+        (If the input needs no gradient, the first projections skip ``dA`` and it is a little less.)
+
+        Example:
+            >>> macs = multiply_adds("batched", batch=1, num_tokens=6, d_in=3, d_out=4, num_heads=2)
+            >>> macs.forward_backward == 3 * macs.total
+            True
+        """
+        return 3 * self.total
+
+
+def multiply_adds(kind: str, batch: int, num_tokens: int, d_in: int, d_out: int, num_heads: int = 1) -> MultiplyAdds:
+    """Multiply-adds of the matrix products in one forward pass of a stage's module.
+
+    Softmax, masking, scaling and dropout are elementwise and left out; they are small next to the
+    products except at tiny widths. The score and weighted-sum terms count the full ``T x T``
+    square, which is what the masked implementations compute (half of it is then masked away).
+
+    Example:
+        >>> multiply_adds("batched", batch=1, num_tokens=6, d_in=3, d_out=4, num_heads=2).total
+        600
+    """
+    _check_kind(kind)
+    batch = check_positive_int("batch", batch)
+    num_tokens = check_positive_int("num_tokens", num_tokens)
+    d_in = check_positive_int("d_in", d_in)
+    d_out = check_positive_int("d_out", d_out)
+    num_heads = check_positive_int("num_heads", num_heads)
+    heads, head_dim = _heads_and_width(kind, d_out, num_heads)
+    width = heads * head_dim
+    tokens = batch * num_tokens
+    return MultiplyAdds(
+        projections=3 * tokens * d_in * width,
+        scores=batch * heads * num_tokens * num_tokens * head_dim,
+        weighted_sum=batch * heads * num_tokens * num_tokens * head_dim,
+        out_proj=tokens * width * width if kind == "batched" else 0,
+    )
+
+
+#: The two ways of adding heads that the book compares (see the module docstring).
+REGIMES = ("head_dim fixed", "d_out fixed")
+
+
+def cost_by_heads(regime: str, num_heads, *, batch: int, num_tokens: int, d_in: int, width: int,
+                  kind: str = "batched", bytes_per_element: int = 4) -> list[dict]:
+    """Parameters, multiply-adds and score-tensor bytes for each head count, in one regime.
+
+    Args:
+        regime: ``"head_dim fixed"`` (every head is ``width`` wide, so the model grows with the
+            heads) or ``"d_out fixed"`` (the model is ``width`` wide, shared among the heads:
+            ``head_dim = width // num_heads``).
+        num_heads: the head counts to tabulate, e.g. ``[1, 2, 4, 8]``.
+        batch, num_tokens, d_in: the input's shape ``(batch, num_tokens, d_in)``.
+        width: ``head_dim`` or ``d_out``, depending on ``regime``.
+        kind: ``"batched"`` (:class:`MultiHeadAttention`) or ``"wrapper"`` (stacked heads).
+
+    Returns:
+        One dict per head count with keys ``num_heads``, ``head_dim``, ``d_out`` (total width),
+        ``parameters``, ``multiply_adds`` (forward) and ``score_bytes`` (one
+        ``(batch, num_heads, num_tokens, num_tokens)`` tensor).
+
+    Example:
+        >>> rows = cost_by_heads("d_out fixed", [1, 4], batch=1, num_tokens=8, d_in=16, width=16)
+        >>> [(r["head_dim"], r["parameters"], r["score_bytes"]) for r in rows]
+        [(16, 1040, 256), (4, 1040, 1024)]
+    """
+    if regime not in REGIMES:
+        raise ValueError(f"regime must be one of {', '.join(map(repr, REGIMES))}, got {regime!r}.")
+    if kind not in ("batched", "wrapper"):
+        raise ValueError(f"kind must be 'batched' or 'wrapper' (the multi-head stages), got {kind!r}.")
+    width = check_positive_int("width", width)
+    rows = []
+    for heads in num_heads:
+        heads = check_positive_int("num_heads", heads)
+        head_dim = width if regime == "head_dim fixed" else check_divisible(width, heads)
+        total = heads * head_dim
+        d_out = total if kind == "batched" else head_dim  # the class's own meaning of d_out
+        rows.append({
+            "num_heads": heads,
+            "head_dim": head_dim,
+            "d_out": total,
+            "parameters": parameter_count(kind, d_in, d_out, heads),
+            "multiply_adds": multiply_adds(kind, batch, num_tokens, d_in, d_out, heads).total,
+            "score_bytes": score_memory_bytes(batch, heads, num_tokens, bytes_per_element),
+        })
+    return rows
+
+
+def score_memory_bytes(batch: int, num_heads: int, num_tokens: int, bytes_per_element: int = 4) -> int:
+    """Bytes of one (batch, num_heads, num_tokens, num_tokens) score or weight tensor.
+
+    The batched module holds this for all heads at once; the stacked wrapper holds one head's
+    ``1 / num_heads`` share at a time. Float32 has 4 bytes per element.
+
+    Example:
+        >>> score_memory_bytes(8, 12, 1024) / 2**20  # MiB at GPT-2-small size
+        384.0
+    """
+    for name, value in (("batch", batch), ("num_heads", num_heads), ("num_tokens", num_tokens),
+                        ("bytes_per_element", bytes_per_element)):
+        check_positive_int(name, value)
+    return batch * num_heads * num_tokens * num_tokens * bytes_per_element

@@ -1,0 +1,55 @@
+"""Plain-text tables for notebooks: rounded numbers with row and column labels.
+
+Printing a raw tensor shows eight digits and a ``tensor(...)`` wrapper; a labelled table of rounded
+numbers reads better and stays identical across machines and thread counts.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+
+def matrix_table(values, row_labels: Sequence[str] | None = None, col_labels: Sequence[str] | None = None,
+                 decimals: int = 3, corner: str = "", marks: tuple[str, str] = ("✓", "·")) -> str:
+    """Format a 2-D tensor (or nested list) as an aligned text table of rounded numbers.
+
+    ``-inf`` prints as ``-inf``; booleans print as ``marks[0]`` for ``True`` and ``marks[1]`` for
+    ``False``. Each column is as wide as its widest entry.
+
+    Example:
+        >>> print(matrix_table(torch.tensor([[1.0, 0.0], [0.25, 0.75]]), ["a", "b"], ["a", "b"], decimals=2))
+              a     b
+        a  1.00  0.00
+        b  0.25  0.75
+    """
+    values = torch.as_tensor(values).detach().cpu()
+    if values.dim() != 2:
+        raise ValueError(f"values must be 2-D (rows, columns), got shape {tuple(values.shape)}. "
+                         "For a batch, pick one row first: values[0].")
+    rows, cols = values.shape
+    row_labels = [str(i) for i in range(rows)] if row_labels is None else [str(r) for r in row_labels]
+    col_labels = [str(j) for j in range(cols)] if col_labels is None else [str(c) for c in col_labels]
+    if len(row_labels) != rows or len(col_labels) != cols:
+        raise ValueError(f"got {len(row_labels)} row labels and {len(col_labels)} column labels for a "
+                         f"{rows} x {cols} table; pass one label per row and per column.")
+
+    def cell(v) -> str:
+        if values.dtype == torch.bool:
+            return marks[0] if v else marks[1]
+        v = float(v)
+        if v == float("-inf"):
+            return "-inf"
+        text = f"{v:.{decimals}f}"
+        return "0." + "0" * decimals if text == "-0." + "0" * decimals else text  # no "-0.000"
+
+    cells = [[cell(v) for v in row] for row in values.tolist()]
+    widths = [max(len(col_labels[j]), *(len(row[j]) for row in cells)) for j in range(cols)]
+    label_width = max([len(r) for r in row_labels] + [len(corner)])
+
+    def line(label: str, entries: list[str]) -> str:
+        return label.ljust(label_width) + "".join("  " + e.rjust(w) for e, w in zip(entries, widths))
+
+    lines = [line(corner, col_labels)] + [line(label, row) for label, row in zip(row_labels, cells)]
+    return "\n".join(lines)

@@ -1,0 +1,252 @@
+"""Exercise of chapter 5, why several heads: knock a head out of a trained model and measure what
+it costs.
+
+The models are the chapter's own, trained by the package's seeded training
+(:func:`mha_course.specialise.train`, the book's :class:`~mha_course.specialise.SpecialisationConfig`,
+seed 0) with two heads - the model chapter 5 trains live - and with four. Their weights are stored
+in ``data/trained_models.json`` next to this module, so that the check trains nothing; regenerate the
+file with ``python -c "from mha_course.exercises.chapter5 import write_models; write_models()"``.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from pathlib import Path
+
+import torch
+
+from ..specialise import IGNORE_INDEX, SpecialisationConfig, TinyAttentionModel, accuracy, difference_task, train
+from .framework import Check, Exercise, Mistake
+from .probes import agrees, case_seed
+from .records import Failed, Recorder, describe, number, number_of, plain, seed_of, value_of
+
+#: The stored models: their weights, and how they were trained.
+MODELS_PATH = Path(__file__).parent / "data" / "trained_models.json"
+HEAD_COUNTS = (2, 4)
+SEED = 0
+
+
+def write_models(path: Path = MODELS_PATH) -> Path:
+    """Train the chapter's models (two and four heads, seed 0, the book's settings) and store their weights."""
+    config = SpecialisationConfig()
+    models = {}
+    for num_heads in HEAD_COUNTS:
+        run = train(num_heads, seed=SEED, config=config)
+        # Nine significant digits give every float32 back exactly.
+        models[str(num_heads)] = {name: _nine_digits(value.tolist()) for name, value in run.model.state_dict().items()
+                                  if not name.endswith("mask")}
+    payload = {"about": "TinyAttentionModel weights trained by mha_course.specialise.train(num_heads, seed=0) "
+                        "with the book's SpecialisationConfig; read by exercise 5.1's check.",
+               "seed": SEED, "config": {"vocab_size": config.vocab_size, "num_tokens": config.num_tokens,
+                                        "d_model": config.d_model, "steps": config.steps},
+               "models": models}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload) + "\n", encoding="utf-8")
+    return path
+
+
+def _nine_digits(values):
+    return [_nine_digits(v) for v in values] if isinstance(values, list) else float(f"{values:.9g}")
+
+
+@functools.lru_cache(maxsize=1)
+def _stored() -> dict:
+    return json.loads(MODELS_PATH.read_text(encoding="utf-8"))
+
+
+def trained_model(num_heads: int) -> TinyAttentionModel:
+    """A fresh copy of the stored model with ``num_heads`` heads, in eval mode."""
+    stored = _stored()
+    config = stored["config"]
+    with torch.random.fork_rng(devices=[]):
+        model = TinyAttentionModel(config["vocab_size"], config["num_tokens"], config["d_model"], num_heads)
+    state = {name: torch.tensor(value) for name, value in stored["models"][str(num_heads)].items()}
+    model.load_state_dict({**state, "attention.mask": model.attention.mask})
+    return model.eval()
+
+
+# ----------------------------------------------------------------------------------------------
+# 5.1 Knock out a head
+
+
+def ablation_cases(seed: int) -> dict[str, tuple[int, int, int]]:
+    """``case -> (num_heads, head, num_tokens)``: both heads of the two-head model, every head of the
+    four-head model, one on shorter sequences."""
+    cases = {f"2 heads, head {h}": (2, h, 8) for h in range(2)}
+    cases.update({f"4 heads, head {h}": (4, h, 8) for h in range(4)})
+    short = int(torch.randint(0, 4, (1,), generator=torch.Generator().manual_seed(case_seed(seed, "5.1"))))
+    cases["4 heads, shorter sequences"] = (4, short, 6)
+    return cases
+
+
+def ablation_data(seed: int, case: str) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """The held-out sequences of a case: ``(tokens, labels, the call that draws them)``."""
+    _, _, num_tokens = ablation_cases(seed)[case]
+    s = case_seed(seed, case)
+    tokens, labels = difference_task(200, num_tokens, 8, seed=s)
+    return tokens, labels, f"difference_task(200, {num_tokens}, 8, seed={s})"
+
+
+def _probe_ablation(accuracy_drop, rec: Recorder) -> None:
+    for case, (num_heads, head, _) in ablation_cases(rec.seed).items():
+        model = trained_model(num_heads)
+        before = {name: value.clone() for name, value in model.state_dict().items()}
+        tokens, labels, _ = ablation_data(rec.seed, case)
+        rec.call(case, accuracy_drop, model, head, tokens, labels)
+        after = model.state_dict()
+        rec.note(f"{case} unchanged", all(torch.equal(after[name], value) for name, value in before.items())
+                 and model.training is False)
+
+
+def ablated(model: TinyAttentionModel, head: int, how: str = "columns") -> TinyAttentionModel:
+    """A copy of ``model`` with head ``head`` knocked out, the right way (``"columns"``: its columns
+    of the output projection, the only place its context vectors enter) or a mistaken one."""
+    copied = copy.deepcopy(model)
+    attention = copied.attention
+    d_h, h = attention.head_dim, attention.num_heads
+    own = slice(head * d_h, (head + 1) * d_h)  # head's columns of the merged context
+    with torch.no_grad():
+        if how == "columns":
+            attention.out_proj.weight[:, own] = 0
+        elif how == "rows":
+            attention.out_proj.weight[own, :] = 0
+        elif how == "interleaved":
+            attention.out_proj.weight[:, head::h] = 0
+        elif how == "queries":
+            attention.W_query.weight[own, :] = 0
+        elif how == "others":
+            for other in range(h):
+                if other != head:
+                    attention.out_proj.weight[:, other * d_h:(other + 1) * d_h] = 0
+        elif how == "with-bias":
+            attention.out_proj.weight[:, own] = 0
+            attention.out_proj.bias.zero_()
+        else:
+            raise ValueError(how)
+    return copied
+
+
+@torch.no_grad()
+def _accuracy(model, tokens, labels, position_zero: bool = False) -> float:
+    if not position_zero:
+        return accuracy(model, tokens, labels)
+    return float((model(tokens).argmax(dim=-1) == labels).float().mean())  # position 0 counted, never right
+
+
+def drop_variant(record, case: str, how: str = "columns", result: str = "drop", position_zero: bool = False) -> float:
+    """The number a correct answer (the defaults) or a mistaken one gives for ``case``."""
+    num_heads, head, _ = ablation_cases(seed_of(record))[case]
+    tokens, labels, _ = ablation_data(seed_of(record), case)
+    model = trained_model(num_heads)
+    full = _accuracy(model, tokens, labels, position_zero)
+    without = _accuracy(ablated(model, head, how), tokens, labels, position_zero)
+    return {"drop": full - without, "negative": without - full, "accuracy": without}[result]
+
+
+def _call(record, case: str) -> str:
+    num_heads, head, _ = ablation_cases(seed_of(record))[case]
+    _, _, data = ablation_data(seed_of(record), case)
+    return f"accuracy_drop(model with {num_heads} heads, head={head}, *{data})"
+
+
+def _drop(cases):
+    def run(record):
+        for case in cases(record):
+            got = number_of(record, case, _call(record, case), "a number (the accuracy lost)")
+            expected = drop_variant(record, case)
+            if not agrees(got, expected):
+                raise Failed(f"{expected:.4f} for {_call(record, case)}", f"{got:.4f}")
+    return run
+
+
+def _unchanged(record):
+    for case in ablation_cases(seed_of(record)):
+        value_of(record, case, _call(record, case))
+        if not plain(record[f"{case} unchanged"]):
+            raise Failed("the model passed in left as it was (weights and eval mode)",
+                         f"a changed model after {_call(record, case)}",
+                         "Knock the head out of a copy (copy.deepcopy(model)) and leave the model you were given alone.")
+
+
+def _like(**how):
+    def detect(record):
+        return all(agrees(number(record[case]), drop_variant(record, case, **how))
+                   for case in ablation_cases(seed_of(record)))
+    return detect
+
+
+def _cases_of(num_heads: int, *, short: bool = False):
+    def cases(record):
+        return [c for c, (h, _, t) in ablation_cases(seed_of(record)).items() if h == num_heads and (t < 8) == short]
+    return cases
+
+
+def _returns_number(record):
+    case = next(iter(ablation_cases(seed_of(record))))
+    summary = value_of(record, case, _call(record, case))
+    if number(summary) is None:
+        raise Failed("a number (the accuracy lost)", describe(summary))
+
+
+_UNCHANGED = "leaves the model unchanged"
+
+ABLATION = Exercise(
+    id="5.1",
+    title="knock out a head, measure the accuracy lost",
+    answer_name="accuracy_drop",
+    signature="accuracy_drop(model, head, tokens, labels)",
+    probe=_probe_ablation,
+    checks=(
+        Check("returns a number", _returns_number),
+        Check(_UNCHANGED, _unchanged),
+        Check("either head of the chapter's two-head model", _drop(_cases_of(2))),
+        Check("every head of a four-head model", _drop(_cases_of(4))),
+        Check("shorter sequences", _drop(_cases_of(4, short=True))),
+    ),
+    mistakes=(
+        Mistake("in-place",
+                "Your function changed the model it was given, so every later measurement runs on a "
+                "damaged model. Work on a copy: ablated = copy.deepcopy(model).",
+                lambda record: not all(plain(record[f"{c} unchanged"]) for c in ablation_cases(seed_of(record))),
+                (_UNCHANGED,)),
+        Mistake("output-rows",
+                "You zeroed ROWS of out_proj.weight: those are output features, which mix every head. "
+                "Head h reaches the output through the COLUMNS h*head_dim to (h+1)*head_dim "
+                "(out_proj computes merged @ weight.T): zero out_proj.weight[:, h*head_dim:(h+1)*head_dim].",
+                _like(how="rows")),
+        Mistake("interleaved",
+                "You zeroed every num_heads-th column. Head h owns the neighbouring columns "
+                "h*head_dim to (h+1)*head_dim of the merged context.",
+                _like(how="interleaved")),
+        Mistake("queries-zeroed",
+                "Zeroing a head's queries (or keys) does not silence it: its scores become 0, the softmax "
+                "spreads its attention evenly, and it still hands an average of the values on. Remove "
+                "what it contributes instead: its columns of out_proj.weight.",
+                _like(how="queries")),
+        Mistake("kept-only-that-head",
+                "You kept head h and silenced all the others. Knock out head h alone.",
+                _like(how="others")),
+        Mistake("bias-zeroed",
+                "You also zeroed out_proj's bias, which belongs to no head. Zero only head h's columns of "
+                "out_proj.weight.",
+                _like(how="with-bias")),
+        Mistake("sign-flipped",
+                "Your drop has the wrong sign: return the accuracy with every head minus the accuracy "
+                "without head h, a positive number when the head mattered.",
+                _like(result="negative")),
+        Mistake("accuracy-not-drop",
+                "You returned the accuracy without the head. The exercise asks for the drop: full "
+                "accuracy minus that.",
+                _like(result="accuracy")),
+        Mistake("position-zero-counted",
+                "You counted position 0, which has no label (its label is -100, and no prediction "
+                f"equals it). Score only the labelled positions, labels != {IGNORE_INDEX}.",
+                _like(position_zero=True)),
+    ),
+)
+
+EXERCISES = (ABLATION,)
+
+__all__ = ["EXERCISES", "trained_model", "write_models", "ablated", "ablation_cases", "ablation_data", "drop_variant"]

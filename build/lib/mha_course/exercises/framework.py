@@ -1,0 +1,266 @@
+"""How an exercise is checked: probe the learner's answer, then judge what it did.
+
+Checking an answer has two halves:
+
+* the **probe** calls the learner's function or class on inputs drawn from a seed chosen afresh
+  for every run, and writes down what happened - the tensors it returned, the errors it raised,
+  which weights received gradients, which of the package's own answers it called - as plain
+  data, the *record* (see :mod:`~mha_course.exercises.records`);
+* the **judge** rebuilds the same inputs from the record's seed and compares the record with the
+  package's reference implementation, one named check at a time. When a check fails it matches
+  the record against the exercise's catalogue of typical mistakes, so the learner reads what
+  probably went wrong, not only which numbers differ. Messages show the inputs (sizes, and the
+  seed of a random batch) and both results; the next run draws other inputs, so a number copied
+  from a message is no answer.
+
+Every exercise starts with the check "written by you": the answer must not be, nor call, the
+package's own answer to it (see :mod:`~mha_course.exercises.shortcuts`).
+
+:func:`run_check` runs both in the learner's process. The grader runs the probe where the
+notebook's answers live and the judge in its own process, which never ran any notebook code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import secrets
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import torch
+
+from .records import (ATOL, NAME_KEY, PROBE_ERROR_KEY, RTOL, SEED_KEY, STATUS_KEY, Failed, Recorder,  # noqa: F401
+                      close, describe, entry, error_summary, expect_close, expect_shape, format_number,
+                      format_shape, format_values, int_of, number, number_of, plain, same, seed_of, summarise,
+                      tensor_of, value_of)
+from .shortcuts import CALLS_KEY, IS_KEY, CallWatch, Shortcut, answer_is, check_internals, own_code_check
+
+# The status of one checked exercise.
+PASSED = "passed"
+FAILED = "failed"
+NOT_IMPLEMENTED = "not implemented"
+MISSING = "missing"  # the grader found no answer under the exercise's name
+ERROR = "error"  # the exercise could not be checked at all (unknown id, broken notebook)
+
+# The mark that opens each verdict line. Plain symbols that common fonts (DejaVu, Liberation)
+# have, not emoji: a page without an emoji font would show empty boxes.
+PASS_MARK = "✓"
+WAITING_MARK = "○"
+FAIL_MARK = "✗"
+
+#: The first line of the stub the student edition puts in place of a solution.
+STUB_MESSAGE = "Replace this line with your solution."
+
+#: Set this environment variable to a whole number to make every check draw the same inputs.
+SEED_ENV_VAR = "MHA_COURSE_CHECK_SEED"
+
+#: The name of the check every exercise starts with (see :mod:`~mha_course.exercises.shortcuts`).
+OWN_CODE = "written by you"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One named property of a correct answer; ``run(record)`` raises :class:`Failed` if absent."""
+
+    name: str
+    run: Callable[[dict], None]
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A typical wrong answer: ``detect(record)`` recognises it, ``message`` explains the fix.
+
+    ``only_for`` names the checks whose failure the mistake can explain; empty means any.
+    """
+
+    key: str
+    message: str
+    detect: Callable[[dict], bool]
+    only_for: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """An exercise: what the learner writes, how to probe it, and how to judge the record.
+
+    Attributes:
+        id: ``"chapter.number"``, e.g. ``"1.2"``.
+        title: a few words for score tables.
+        answer_name: the name the learner's answer has in the chapter notebook.
+        signature: how the answer is called, e.g. ``"build_causal_mask(num_tokens, device=None)"``.
+        probe: ``probe(answer, recorder)`` runs the answer and records what it did.
+        checks: the checks, in the order they are reported; the check "written by you" is put
+            first whatever the exercise lists.
+        mistakes: the catalogue of typical wrong answers, most specific first.
+        shortcuts: the package's functions and classes (and torch calls) that already do what the
+            exercise asks; an answer that is or calls one fails "written by you".
+    """
+
+    id: str
+    title: str
+    answer_name: str
+    signature: str
+    probe: Callable[[Any, Recorder], None]
+    checks: tuple[Check, ...]
+    mistakes: tuple[Mistake, ...] = ()
+    shortcuts: tuple[Shortcut, ...] = ()
+
+    def __post_init__(self):
+        if not self.checks or self.checks[0].name != OWN_CODE:
+            own = Check(OWN_CODE, lambda record: own_code_check(self.all_shortcuts())(record))
+            object.__setattr__(self, "checks", (own, *self.checks))
+
+    @property
+    def chapter(self) -> int:
+        return int(self.id.split(".")[0])
+
+    def all_shortcuts(self) -> tuple[Shortcut, ...]:
+        """The exercise's shortcuts and the checks' own functions."""
+        return (*self.shortcuts, *check_internals())
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The verdict on one exercise. ``line`` is the one line :func:`check` printed.
+
+    Displaying the result in a notebook shows nothing, because ``check`` has already printed
+    ``line``; read ``result.passed`` or ``result.line`` instead.
+    """
+
+    exercise: str
+    status: str
+    checks_passed: int
+    checks_total: int
+    line: str
+    failed_check: str | None = None
+    expected: str | None = None
+    got: str | None = None
+    mistake: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def _ipython_display_(self) -> None:
+        # check() already printed self.line; a notebook cell ending in check(...) would
+        # otherwise show the verdict twice.
+        return None
+
+
+# ----------------------------------------------------------------------------------------------
+# The probe side: run the answer, record plain data.
+
+
+@contextlib.contextmanager
+def _isolated():
+    """Run learner code without printing, warning or moving the caller's random state."""
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.random.fork_rng(devices=[]), torch.enable_grad():
+            torch.manual_seed(0)
+            yield
+
+
+def run_seed() -> int:
+    """A fresh seed for one check run (or the one in ``MHA_COURSE_CHECK_SEED``)."""
+    fixed = os.environ.get(SEED_ENV_VAR, "").strip()
+    if fixed:
+        try:
+            return int(fixed) % 1_000_000
+        except ValueError:
+            raise ValueError(f"{SEED_ENV_VAR} must be a whole number, got {fixed!r}; unset it for "
+                             "fresh inputs on every run.") from None
+    return secrets.randbelow(1_000_000)
+
+
+def probe(exercise: Exercise, answer: Any, seed: int | None = None) -> dict:
+    """Run ``exercise``'s probe on ``answer`` and return the record. Never raises.
+
+    Args:
+        exercise: the exercise.
+        answer: the learner's function or class (``None`` or ``...`` count as not done yet).
+        seed: the seed of the random inputs; by default a fresh one (see :func:`run_seed`).
+    """
+    if answer is None or answer is Ellipsis:
+        return {STATUS_KEY: NOT_IMPLEMENTED}
+    shortcuts = exercise.all_shortcuts()
+    watch = CallWatch(shortcuts)
+    recorder = Recorder(run_seed() if seed is None else seed, watch)
+    recorder.record[NAME_KEY] = getattr(answer, "__name__", type(answer).__name__)
+    recorder.note(IS_KEY, answer_is(answer, shortcuts))
+    try:
+        with _isolated():
+            exercise.probe(answer, recorder)
+    except NotImplementedError:
+        return {STATUS_KEY: NOT_IMPLEMENTED}
+    except (Exception, SystemExit) as error:
+        # The answer returned something so unusual that the probe's own code tripped over it;
+        # the checks that need the missing entries will say so.
+        recorder.record[PROBE_ERROR_KEY] = error_summary(error)
+    recorder.note(CALLS_KEY, list(watch.seen))
+    return recorder.record
+
+
+# ----------------------------------------------------------------------------------------------
+# The judge side: compare the record with the reference.
+
+
+def detect_safely(mistake: Mistake, record: dict) -> bool:
+    try:
+        return bool(mistake.detect(record))
+    except Exception:  # a detector that cannot read this record simply does not match
+        return False
+
+
+def judge(exercise: Exercise, record: dict) -> CheckResult:
+    """Run ``exercise``'s checks on ``record`` in order and return the verdict. Never raises.
+
+    The references are computed with gradients on and without moving the caller's random state.
+    """
+    with torch.random.fork_rng(devices=[]), torch.enable_grad():
+        return _judge(exercise, record)
+
+
+def _judge(exercise: Exercise, record: dict) -> CheckResult:
+    total = len(exercise.checks)
+    status = record.get(STATUS_KEY)
+    if status == NOT_IMPLEMENTED:
+        return CheckResult(exercise.id, NOT_IMPLEMENTED, 0, total, f"{WAITING_MARK} {exercise.id} not implemented yet")
+    if status == MISSING:
+        line = (f"{FAIL_MARK} {exercise.id}: no {exercise.answer_name} is defined in the notebook (deleted or "
+                f"renamed?): define {exercise.signature}")
+        return CheckResult(exercise.id, MISSING, 0, total, line, failed_check="answer defined",
+                           expected=f"a definition of {exercise.answer_name}", got="no such name")
+    for passed, item in enumerate(exercise.checks):
+        try:
+            item.run(record)
+            continue
+        except Failed as raised:
+            failure = raised
+        except Exception as error:  # an answer so unusual that the check could not read it
+            failure = Failed("an answer this check can read", f"{type(error).__name__}: {error}")
+        mistake = None
+        if item.name != OWN_CODE:  # a shortcut is its own explanation
+            mistake = next((m for m in exercise.mistakes
+                            if (not m.only_for or item.name in m.only_for) and detect_safely(m, record)), None)
+        hint = mistake.message if mistake else failure.hint
+        line = f"{FAIL_MARK} {exercise.id}: {item.name}: expected {failure.expected}, got {failure.got.rstrip('.')}."
+        if hint:
+            line += f" {hint}"
+        return CheckResult(exercise.id, FAILED, passed, total, " ".join(line.split()), item.name,
+                           failure.expected, failure.got, mistake.key if mistake else None)
+    return CheckResult(exercise.id, PASSED, total, total, f"{PASS_MARK} {exercise.id} passed ({total} checks)")
+
+
+def error_result(exercise_id: str, message: str, checks_total: int = 0) -> CheckResult:
+    return CheckResult(str(exercise_id), ERROR, 0, checks_total, f"{FAIL_MARK} {exercise_id}: {message}")

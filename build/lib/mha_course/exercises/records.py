@@ -1,0 +1,306 @@
+"""What a probe writes down, and how a check reads it back.
+
+A probe runs the learner's answer and turns whatever came back - tensors, numbers, errors - into
+plain data, the *record*: a dict of tensors (copied to the CPU), numbers and strings that survives
+``torch.save`` and a trip to another process. The readers below (:func:`tensor_of`,
+:func:`number_of`, ...) take an entry back out, raising :class:`Failed` with a message for the
+learner when it is not what the check needs; the comparers (:func:`expect_close`, :func:`same`)
+say where two tensors differ.
+"""
+
+from __future__ import annotations
+
+import numbers
+import reprlib
+from typing import Any, Callable
+
+import torch
+
+# Record keys the framework itself writes (the probes use plain names).
+STATUS_KEY = "__status__"
+PROBE_ERROR_KEY = "__probe_error__"
+NAME_KEY = "__name__"
+SEED_KEY = "__seed__"  # the run's seed: the judge rebuilds the probe's random inputs from it
+
+# Tolerances for float32 results computed in a different order from the reference.
+ATOL = 1e-5
+RTOL = 1e-4
+
+
+class Failed(Exception):
+    """Raised by a check: what the check expected, what it got, and an optional hint."""
+
+    def __init__(self, expected: str, got: str, hint: str = ""):
+        super().__init__(f"expected {expected}, got {got}")
+        self.expected = expected
+        self.got = got
+        self.hint = hint
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing a record
+
+
+def error_summary(error: BaseException) -> dict:
+    """A raised error as record data."""
+    message = str(error).strip().splitlines()
+    return {"kind": "error", "type": type(error).__name__, "message": message[0][:300] if message else ""}
+
+
+def summarise(value: Any, depth: int = 0) -> dict:
+    """Turn anything an answer returns into record data (tensors are copied to the CPU).
+
+    A tensor on PyTorch's ``meta`` device has a shape but no numbers; its entry holds zeros of its
+    shape and ``"has_values": False``, so that no check compares them.
+    """
+    if isinstance(value, torch.Tensor):
+        has_values = value.device.type != "meta"
+        copy = (value.detach().to("cpu", copy=True) if has_values
+                else torch.zeros(tuple(value.shape), dtype=value.dtype))
+        return {
+            "kind": "tensor",
+            "value": copy,
+            "device": str(value.device),
+            "dtype": str(value.dtype).removeprefix("torch."),
+            "requires_grad": bool(value.requires_grad),
+            "has_values": has_values,
+        }
+    if value is None:
+        return {"kind": "none"}
+    if isinstance(value, bool):
+        return {"kind": "bool", "value": value}
+    if isinstance(value, numbers.Integral):
+        return {"kind": "int", "value": int(value)}
+    if isinstance(value, numbers.Real):
+        return {"kind": "float", "value": float(value)}
+    if isinstance(value, str):
+        return {"kind": "str", "value": value[:200]}
+    if depth < 4 and isinstance(value, (list, tuple, range)) and len(value) <= 10_000:
+        return {"kind": "sequence", "type": type(value).__name__,
+                "value": [summarise(item, depth + 1) for item in value]}
+    if depth < 4 and isinstance(value, dict) and len(value) <= 100:
+        return {"kind": "dict", "value": {str(k): summarise(v, depth + 1) for k, v in value.items()}}
+    return {"kind": "object", "type": type(value).__name__, "repr": reprlib.repr(value)[:200]}
+
+
+class Recorder:
+    """Collects a probe's record. ``call`` runs learner code and never lets its errors escape,
+    except ``NotImplementedError``, which means "not implemented yet".
+
+    ``seed`` is the run's seed: probes draw their random inputs from it (see
+    :mod:`mha_course.exercises.probes`), and the judge draws the same ones from the record.
+    ``watch`` wraps every call into learner code (it notes calls of the package's own answers).
+    """
+
+    def __init__(self, seed: int = 0, watch=None) -> None:
+        self.record: dict[str, Any] = {SEED_KEY: {"kind": "int", "value": int(seed)}}
+        self.seed = int(seed)
+        self._watch = watch
+
+    def call(self, key: str, fn: Callable, *args, **kwargs) -> Any:
+        """Call ``fn(*args, **kwargs)``; record its result (or the error it raised) under ``key``.
+
+        Returns the raw result, or ``None`` when it raised.
+        """
+        try:
+            if self._watch is None:
+                result = fn(*args, **kwargs)
+            else:
+                with self._watch:
+                    result = fn(*args, **kwargs)
+        except NotImplementedError:
+            raise
+        except (Exception, SystemExit) as error:  # SystemExit: an answer that calls exit()
+            self.record[key] = error_summary(error)
+            return None
+        self.record[key] = summarise(result)
+        return result
+
+    def note(self, key: str, value: Any) -> None:
+        """Record a value the probe computed itself."""
+        self.record[key] = summarise(value)
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading a record back
+
+
+def describe(summary: dict | None) -> str:
+    """A few words for what an answer returned, e.g. ``"a bool tensor of shape (3, 3)"``."""
+    if summary is None:
+        return "nothing (the check did not get that far)"
+    kind = summary.get("kind")
+    if kind == "tensor":
+        return f"a {summary['dtype']} tensor of shape {format_shape(summary['value'].shape)}"
+    if kind == "error":
+        return f"{summary['type']}: {summary['message']}" if summary["message"] else summary["type"]
+    if kind == "none":
+        return "None"
+    if kind in ("int", "float", "bool", "str"):
+        return f"the {kind} {summary['value']!r}"
+    if kind == "sequence":
+        return f"a {summary['type']} of {len(summary['value'])} items"
+    if kind == "dict":
+        return f"a dict with keys {sorted(summary['value'])}"
+    return f"an object of type {summary.get('type', '?')}: {summary.get('repr', '')}"
+
+
+def entry(record: dict, key: str) -> dict:
+    """The record entry ``key``; a :class:`Failed` if the probe stopped before writing it."""
+    if key in record:
+        return record[key]
+    if PROBE_ERROR_KEY in record:
+        raise Failed("the answer to run through this check",
+                     f"a probe stopped by {describe(record[PROBE_ERROR_KEY])}")
+    raise Failed("the answer to run through this check", "no result: an earlier step failed")
+
+
+def value_of(record: dict, key: str, what: str = "the call") -> dict:
+    """The entry ``key``; a :class:`Failed` naming the error if the learner's code raised."""
+    summary = entry(record, key)
+    if summary.get("kind") == "error":
+        raise Failed(f"{what} to run", f"{describe(summary)}")
+    return summary
+
+
+def tensor_of(record: dict, key: str, what: str = "the call") -> torch.Tensor:
+    """The tensor the answer returned under ``key``; a :class:`Failed` for anything else."""
+    summary = value_of(record, key, what)
+    if summary.get("kind") != "tensor":
+        raise Failed("a torch.Tensor", describe(summary))
+    if not summary.get("has_values", True):
+        raise Failed(f"numbers from {what}", "a tensor on the meta device, which has none")
+    return summary["value"]
+
+
+def number(summary: dict | None) -> float | None:
+    """The number in a summary (an int, a float or a one-element tensor), or ``None``."""
+    if not isinstance(summary, dict):
+        return None
+    if summary.get("kind") in ("int", "float"):
+        return float(summary["value"])
+    if summary.get("kind") == "tensor" and summary["value"].numel() == 1 and summary.get("has_values", True):
+        return float(summary["value"].item())
+    return None
+
+
+def number_of(record: dict, key: str, what: str = "the call", kind: str = "a number") -> float:
+    """The number the answer returned under ``key``; a :class:`Failed` naming ``kind`` otherwise."""
+    summary = value_of(record, key, what)
+    got = number(summary)
+    if got is None:
+        raise Failed(kind, describe(summary))
+    return got
+
+
+def int_of(record: dict, key: str, what: str = "the call") -> int:
+    """The integer the answer returned under ``key`` (an integer-valued 0-d tensor counts too)."""
+    summary = value_of(record, key, what)
+    if summary.get("kind") == "int":
+        return summary["value"]
+    if (summary.get("kind") == "tensor" and summary["value"].numel() == 1
+            and not summary["value"].is_floating_point() and summary.get("has_values", True)):
+        return int(summary["value"].item())
+    if summary.get("kind") == "float" and float(summary["value"]).is_integer():
+        return int(summary["value"])
+    raise Failed("a whole number (int)", describe(summary))
+
+
+def plain(summary: Any) -> Any:
+    """Record data back to Python values: ints, floats, lists, dicts and CPU tensors."""
+    if not isinstance(summary, dict) or "kind" not in summary:
+        return summary
+    kind = summary["kind"]
+    if kind == "sequence":
+        return [plain(item) for item in summary["value"]]
+    if kind == "dict":
+        return {k: plain(v) for k, v in summary["value"].items()}
+    if kind in ("tensor", "int", "float", "bool", "str"):
+        return summary["value"]
+    if kind == "none":
+        return None
+    return summary
+
+
+def seed_of(record: dict) -> int:
+    """The seed the probe drew its random inputs from."""
+    return int(plain(record[SEED_KEY]))
+
+
+# ----------------------------------------------------------------------------------------------
+# Formatting and comparing
+
+
+def format_shape(shape) -> str:
+    return "(" + ", ".join(str(int(n)) for n in shape) + (",)" if len(shape) == 1 else ")")
+
+
+def format_number(value: float, decimals: int = 3) -> str:
+    if value != value:  # NaN
+        return "nan"
+    if value in (float("inf"), float("-inf")):
+        return "inf" if value > 0 else "-inf"
+    rounded = round(float(value), decimals)
+    return f"{rounded + 0.0:.{decimals}f}"  # + 0.0 turns -0.0 into 0.0
+
+
+def format_values(t: torch.Tensor, limit: int = 6) -> str:
+    """The first ``limit`` entries of a tensor, flattened: ``[0.123, -0.400, ...]``."""
+    flat = t.reshape(-1).tolist()
+    if t.dtype == torch.bool:
+        items = [str(v) for v in flat[:limit]]
+    elif t.is_floating_point():
+        items = [format_number(v) for v in flat[:limit]]
+    else:
+        items = [str(v) for v in flat[:limit]]
+    return "[" + ", ".join(items) + (", ...]" if len(flat) > limit else "]")
+
+
+def close(got: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+    """Elementwise agreement; NaN never agrees with a number."""
+    if got.dtype == torch.bool or expected.dtype == torch.bool:
+        return got.to(torch.bool) == expected.to(torch.bool)
+    return torch.isclose(got.double(), expected.double(), atol=ATOL, rtol=RTOL)
+
+
+def same(got: torch.Tensor | None, expected: torch.Tensor | None) -> bool:
+    """True if both are tensors of one shape with equal values (NaN where the other has NaN)."""
+    if not isinstance(got, torch.Tensor) or not isinstance(expected, torch.Tensor):
+        return False
+    if got.shape != expected.shape:
+        return False
+    if got.dtype == torch.bool or expected.dtype == torch.bool:
+        return bool((got.to(torch.bool) == expected.to(torch.bool)).all())
+    return bool(torch.allclose(got.double(), expected.double(), atol=ATOL, rtol=RTOL, equal_nan=True))
+
+
+def expect_shape(got: torch.Tensor, shape: tuple) -> None:
+    if tuple(got.shape) != tuple(shape):
+        raise Failed(f"shape {format_shape(shape)}", f"shape {format_shape(got.shape)}")
+
+
+def expect_close(got: torch.Tensor, expected: torch.Tensor, labels: tuple[str, ...] = ("row",),
+                 where: str = "") -> None:
+    """Raise :class:`Failed` showing the first row (all but the last axis) that differs.
+
+    ``labels`` name the leading axes, e.g. ``("sequence", "token")`` gives
+    ``"sequence 0, token 2 = [0.310, 0.120]"``; ``where`` names the input, e.g. ``"on
+    random_batch(2, 5, 4, seed=812)"``, so the learner can rerun the case.
+    """
+    expect_shape(got, tuple(expected.shape))
+    agree = close(got, expected)
+    if bool(agree.all()):
+        return
+    suffix = f" {where}" if where else ""
+    if expected.dim() <= 1:
+        raise Failed(format_values(expected, limit=8) + suffix, format_values(got, limit=8))
+    rows = agree.reshape(-1, expected.shape[-1]).all(dim=-1)
+    first = int((~rows).nonzero()[0])
+    index = []
+    for size in reversed(expected.shape[:-1]):
+        index.append(first % size)
+        first //= size
+    index = tuple(reversed(index))
+    names = list(labels)[-len(index):] if len(labels) >= len(index) else ["index"] * len(index)
+    at = ", ".join(f"{name} {i}" for name, i in zip(names, index))
+    raise Failed(f"{at} = {format_values(expected[index])}{suffix}", format_values(got[index]))

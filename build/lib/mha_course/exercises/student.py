@@ -1,0 +1,255 @@
+"""The student edition: the chapter notebooks with every solution replaced by a stub.
+
+In the source notebooks each solution sits between ``### BEGIN SOLUTION`` and ``### END SOLUTION``.
+The student edition keeps everything else and, for each solution:
+
+* keeps the header line of every function and class the solution defines (``def f(x):``,
+  ``class C(nn.Module):`` and its methods' ``def`` lines), each with a body that raises
+  ``NotImplementedError``, so the notebook still runs top to bottom and the check that follows
+  prints "not implemented yet";
+* drops every other line of the solution (imports, helpers, comments, docstrings, decorators);
+* drops the markdown cells that open and close a gated solution in the HTML book
+  (``{solution-start}`` / ``{solution-end}``) and any ``{solution}`` cell.
+
+All outputs and execution counts are cleared. Existing notebooks are never overwritten unless
+asked (``force``), so a learner's work is not lost by regenerating the edition.
+
+Command line::
+
+    python -m mha_course student [--out DIR] [--force] [--book] [NOTEBOOKS...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import io
+import re
+import shutil
+import sys
+import textwrap
+import tokenize
+from pathlib import Path
+
+import nbformat
+
+from .framework import STUB_MESSAGE
+
+BEGIN = "### BEGIN SOLUTION"
+END = "### END SOLUTION"
+STUB_COMMENT = "# YOUR CODE HERE"
+
+# A markdown cell that only exists to wrap or hold a solution in the HTML book.
+_SOLUTION_CELL = re.compile(r"^\s*(`{3,}|:{3,})\s*\{solution(-start|-end)?\}", re.MULTILINE)
+
+
+class SolutionMarkerError(ValueError):
+    """A ``### BEGIN SOLUTION`` without its ``### END SOLUTION`` (or the other way round)."""
+
+
+def _stub_body(indent: str) -> list[str]:
+    return [f"{indent}{STUB_COMMENT}", f'{indent}raise NotImplementedError("{STUB_MESSAGE}")']
+
+
+def _header(lines: list[str], tokens: list[tokenize.TokenInfo], node: ast.AST) -> list[str]:
+    """The source lines of a ``def`` or ``class`` header, up to and including its colon."""
+    start = next(i for i, tok in enumerate(tokens)
+                 if tok.start == (node.lineno, node.col_offset) and tok.type == tokenize.NAME)
+    depth = 0
+    for tok in tokens[start:]:
+        if tok.type == tokenize.OP and tok.string in "([{":
+            depth += 1
+        elif tok.type == tokenize.OP and tok.string in ")]}":
+            depth -= 1
+        elif tok.type == tokenize.OP and tok.string == ":" and depth == 0:
+            end_line, end_col = tok.end
+            header = lines[node.lineno - 1:end_line]
+            header[-1] = header[-1][:end_col]
+            return header
+    raise SolutionMarkerError(f"could not find the end of the header on line {node.lineno}")
+
+
+def _stub_definitions(code: str) -> list[str]:
+    """Stubs for the functions and classes defined at the top level of ``code`` (dedented)."""
+    tree = ast.parse(code)
+    lines = code.splitlines()
+    tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    stub: list[str] = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            stub += _header(lines, tokens, node) + _stub_body(" " * (node.col_offset + 4))
+        elif isinstance(node, ast.ClassDef):
+            stub += _header(lines, tokens, node)
+            methods = [n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            if not methods:
+                stub += _stub_body(" " * (node.col_offset + 4))
+            for i, method in enumerate(methods):
+                if i:
+                    stub.append("")
+                stub += _header(lines, tokens, method) + _stub_body(" " * (method.col_offset + 4))
+        else:
+            continue
+        stub.append("")
+    while stub and not stub[-1]:
+        stub.pop()
+    return stub
+
+
+def _replace_region(region: list[str], indent: str) -> list[str]:
+    """The student's version of one solution region (the lines between the markers)."""
+    code = textwrap.dedent("\n".join(region))
+    try:
+        stub = _stub_definitions(code)
+    except SyntaxError:
+        stub = []  # not valid Python on its own (e.g. the body of a function): a plain stub
+    if not stub:
+        return _stub_body(indent)
+    return [f"{indent}{line}" if line else "" for line in stub]
+
+
+def student_source(source: str) -> str:
+    """Replace every solution region of one code cell's source by its stub.
+
+    Example:
+        >>> print(student_source("import torch\\n### BEGIN SOLUTION\\ndef double(x):\\n    return 2 * x\\n### END SOLUTION"))
+        import torch
+        def double(x):
+            # YOUR CODE HERE
+            raise NotImplementedError("Replace this line with your solution.")
+    """
+    out: list[str] = []
+    region: list[str] | None = None
+    indent = ""
+    for number, line in enumerate(source.splitlines(), start=1):
+        marker = line.strip()
+        if marker == BEGIN:
+            if region is not None:
+                raise SolutionMarkerError(f"line {number}: {BEGIN} inside another solution")
+            region, indent = [], line[: len(line) - len(line.lstrip())]
+        elif marker == END:
+            if region is None:
+                raise SolutionMarkerError(f"line {number}: {END} without a {BEGIN} before it")
+            out += _replace_region(region, indent)
+            region = None
+        elif region is not None:
+            region.append(line)
+        else:
+            out.append(line)
+    if region is not None:
+        raise SolutionMarkerError(f"{BEGIN} without a matching {END}")
+    return "\n".join(out)
+
+
+def has_solution(cell) -> bool:
+    return cell.cell_type == "code" and any(line.strip() == BEGIN for line in cell.source.splitlines())
+
+
+def is_solution_markdown(cell) -> bool:
+    return cell.cell_type == "markdown" and bool(_SOLUTION_CELL.match(cell.source))
+
+
+def student_notebook(notebook: nbformat.NotebookNode, name: str = "notebook") -> nbformat.NotebookNode:
+    """A student copy of ``notebook``: solutions stubbed, solution wrappers dropped, outputs cleared."""
+    student = copy.deepcopy(notebook)
+    cells = []
+    for index, cell in enumerate(student.cells):
+        if is_solution_markdown(cell):
+            continue
+        if cell.cell_type == "code":
+            if has_solution(cell):
+                try:
+                    cell.source = student_source(cell.source)
+                except SolutionMarkerError as error:
+                    raise SolutionMarkerError(f"{name}, cell {index}: {error}") from None
+            cell.outputs = []
+            cell.execution_count = None
+            cell.metadata.pop("execution", None)
+        cells.append(cell)
+    student.cells = cells
+    return student
+
+
+def _targets(notebooks: list[Path], out: Path, root: Path, book: bool) -> dict[Path, Path]:
+    targets = {}
+    for path in notebooks:
+        if book:
+            try:
+                relative = path.resolve().relative_to(root.resolve())
+            except ValueError:
+                raise ValueError(f"{path} is not inside the book's root {root}; with --book every "
+                                 "notebook must belong to the book.") from None
+            targets[path] = out / relative
+        else:
+            targets[path] = out / path.name
+    return targets
+
+
+def write_student_edition(notebooks: list[Path], out: Path, force: bool = False, book: bool = False,
+                          root: Path = Path(".")) -> list[Path]:
+    """Write the student edition of ``notebooks`` into ``out`` and return the files written.
+
+    Args:
+        notebooks: the source notebooks.
+        out: the folder to write into (created if needed).
+        force: overwrite files that already exist (otherwise nothing is written and a
+            ``FileExistsError`` lists them).
+        book: also copy the book around the notebooks (``_config.yml``, ``_toc.yml`` and every other
+            file under ``root/book``), keeping their paths relative to ``root``, so that
+            ``jupyter-book build OUT`` builds the book without solutions.
+        root: the repository root the book lives in.
+    """
+    targets = _targets(notebooks, out, root, book)
+    extra: dict[Path, Path] = {}
+    if book:
+        for name in ("_config.yml", "_toc.yml", *sorted(p.name for p in root.glob("*.bib"))):
+            extra[root / name] = out / name
+        for path in sorted((root / "book").rglob("*")):
+            if path.is_file() and path.suffix != ".ipynb" and not any(
+                    part in (".ipynb_checkpoints", "__pycache__", "_build") for part in path.parts):
+                extra[path] = out / path.relative_to(root)
+    existing = [t for t in [*targets.values(), *extra.values()] if t.exists()]
+    if existing and not force:
+        listed = ", ".join(str(p) for p in existing[:5]) + (" ..." if len(existing) > 5 else "")
+        raise FileExistsError(f"{len(existing)} file(s) already exist: {listed}. They may hold a learner's "
+                              "work, so nothing was written. Choose another --out, or pass --force to "
+                              "overwrite them.")
+    # Convert everything before writing anything, so a broken notebook leaves no half-written edition.
+    converted = {target: student_notebook(nbformat.read(source, as_version=4), str(source))
+                 for source, target in targets.items()}
+    written = []
+    for source, target in extra.items():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        written.append(target)
+    for target, notebook in converted.items():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(notebook, target)
+        written.append(target)
+    return written
+
+
+def default_notebooks(root: Path = Path(".")) -> list[Path]:
+    """Every notebook of the book: ``root/book/**/*.ipynb``."""
+    return sorted(p for p in (root / "book").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+
+
+def main(args: argparse.Namespace) -> int:
+    notebooks = args.notebooks or default_notebooks()
+    if not notebooks:
+        print("No notebooks found: run from the repository root, or name the notebooks.", file=sys.stderr)
+        return 2
+    missing = [str(p) for p in notebooks if not p.is_file()]
+    if missing:
+        print(f"No such notebook: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    try:
+        written = write_student_edition(notebooks, args.out, force=args.force, book=args.book)
+    except (FileExistsError, SolutionMarkerError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    stubbed = sum(1 for p in written if p.suffix == ".ipynb")
+    print(f"Wrote the student edition of {stubbed} notebook(s) to {args.out}/"
+          + (" with the book around them; build it with "
+             f"`jupyter-book build {args.out}`." if args.book else "."))
+    return 0

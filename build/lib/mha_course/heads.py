@@ -1,0 +1,163 @@
+"""Splitting into heads, merging heads back, and packing the three projections into one.
+
+The reshapes every multi-head module shares, written once. Notation, as in the book: ``B`` batch,
+``T`` tokens, ``h`` heads, ``d_h`` the width of one head (``head_dim`` in code), so a projection
+of all heads is ``h * d_h`` wide.
+
+* :func:`split_heads` views one projection ``(B, T, h * d_h)`` as ``h`` heads ``(B, h, T, d_h)``,
+  so a single batched matrix product serves every head;
+* :func:`merge_heads` is its inverse, gluing the heads' context vectors side by side again;
+* :func:`stack_qkv` packs query, key and value weights (or biases) into the one tensor of a fused
+  projection, as :class:`FastMultiHeadAttention` and ``torch.nn.MultiheadAttention`` hold them;
+  :func:`unstack_qkv` cuts it back.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._validation import check_positive_int
+
+
+def _check_tensor(t, dims: int, shape: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"t must be a torch.Tensor of shape {shape}, got {type(t).__name__}.")
+    if t.dim() != dims:
+        raise ValueError(f"t must be a {dims}-D tensor of shape {shape}, got shape {tuple(t.shape)} ({t.dim()}-D).")
+
+
+def split_heads(t: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """View a projection of all heads as separate heads: ``(B, T, h * d_h) -> (B, h, T, d_h)``.
+
+    Columns ``i * d_h`` to ``(i + 1) * d_h`` of the last dimension become head ``i``. No number is
+    copied: ``view`` cuts the last dimension into ``(h, d_h)`` and ``transpose`` swaps strides, so
+    the result shares memory with ``t``.
+
+    Args:
+        t: a projection's output, shape ``(batch, num_tokens, num_heads * head_dim)``.
+        num_heads: how many heads to cut it into; must divide ``t.shape[-1]``.
+
+    Raises:
+        ValueError: for a tensor that is not 3-D, or a width that ``num_heads`` does not divide.
+
+    Example:
+        >>> t = torch.arange(8.0).view(1, 2, 4)  # one sequence, two tokens, width 4
+        >>> heads = split_heads(t, num_heads=2)
+        >>> heads.shape
+        torch.Size([1, 2, 2, 2])
+        >>> heads[0, 1]  # head 1: columns 2 and 3 of every token
+        tensor([[2., 3.],
+                [6., 7.]])
+    """
+    _check_tensor(t, 3, "(batch, num_tokens, num_heads * head_dim)")
+    num_heads = check_positive_int("num_heads", num_heads)
+    batch, num_tokens, width = t.shape
+    if width % num_heads != 0:
+        raise ValueError(
+            f"t is {width} wide (t.shape[-1]) but num_heads={num_heads} does not divide it: every head "
+            f"gets head_dim = width // num_heads columns. Use a num_heads that divides {width}."
+        )
+    t = t.view(batch, num_tokens, num_heads, width // num_heads)  # (B, T, h, d_h)
+    return t.transpose(1, 2)  # (B, h, T, d_h): heads become a batch dimension
+
+
+def merge_heads(t: torch.Tensor) -> torch.Tensor:
+    """Glue the heads side by side again: ``(B, h, T, d_h) -> (B, T, h * d_h)``.
+
+    The inverse of :func:`split_heads`: head ``i`` fills columns ``i * d_h`` to ``(i + 1) * d_h``
+    of every token, as concatenating the heads' outputs would.
+
+    Args:
+        t: the heads' context vectors, shape ``(batch, num_heads, num_tokens, head_dim)``.
+
+    Example:
+        >>> t = torch.rand(2, 3, 5, 4)  # (B, h, T, d_h)
+        >>> merge_heads(t).shape
+        torch.Size([2, 5, 12])
+        >>> torch.equal(merge_heads(split_heads(torch.ones(2, 5, 12), 3)), torch.ones(2, 5, 12))
+        True
+    """
+    _check_tensor(t, 4, "(batch, num_heads, num_tokens, head_dim)")
+    batch, num_heads, num_tokens, head_dim = t.shape
+    # transpose only swaps strides: in memory the numbers stay in (B, h, T, d_h) order, and view
+    # cannot glue a token's heads side by side from memory laid out that way. contiguous() copies
+    # them into (B, T, h, d_h) order; then view relabels that memory without copying again.
+    t = t.transpose(1, 2).contiguous()  # (B, T, h, d_h)
+    return t.view(batch, num_tokens, num_heads * head_dim)  # (B, T, h * d_h)
+
+
+def stack_qkv(query: torch.Tensor | None, key: torch.Tensor | None,
+              value: torch.Tensor | None) -> torch.Tensor | None:
+    """Pack query, key and value weights (or biases) into the one tensor of a fused projection.
+
+    ``nn.Linear(d_in, d_out)`` stores its weight as ``(d_out, d_in)``; stacking the three along the
+    first dimension gives the ``(3 * d_out, d_in)`` weight of one ``nn.Linear(d_in, 3 * d_out)``
+    whose output holds the queries, then the keys, then the values. Biases ``(d_out,)`` stack the
+    same way into ``(3 * d_out,)``; three ``None`` (projections without a bias) give ``None``.
+
+    Raises:
+        ValueError: if some of the three are ``None`` and others are not (a bias on some
+            projections only), or if their shapes differ.
+
+    Example:
+        >>> from torch import nn
+        >>> q, k, v = nn.Linear(3, 4), nn.Linear(3, 4), nn.Linear(3, 4)
+        >>> stack_qkv(q.weight, k.weight, v.weight).shape
+        torch.Size([12, 3])
+        >>> stack_qkv(q.bias, k.bias, v.bias).shape
+        torch.Size([12])
+        >>> print(stack_qkv(None, None, None))
+        None
+    """
+    parts = {"query": query, "key": key, "value": value}
+    missing = [name for name, part in parts.items() if part is None]
+    if len(missing) == 3:
+        return None
+    if missing:
+        present = [name for name in parts if name not in missing]
+        raise ValueError(
+            f"stack_qkv got a tensor for {' and '.join(present)} but None for {' and '.join(missing)}: "
+            "a fused projection has a bias for all three roles or for none. Build the three "
+            "projections with the same bias setting (qkv_bias)."
+        )
+    shapes = {name: tuple(part.shape) for name, part in parts.items()}
+    if len(set(shapes.values())) != 1:
+        raise ValueError(
+            f"query, key and value must have the same shape to be stacked, got {shapes}. Each role "
+            "is a projection of the same width."
+        )
+    return torch.cat([query, key, value], dim=0)  # (3 * d_out, d_in) or (3 * d_out,)
+
+
+def unstack_qkv(packed: torch.Tensor | None, dim: int = 0) -> tuple:
+    """Cut a fused projection's tensor into its query, key and value parts: the inverse of :func:`stack_qkv`.
+
+    Args:
+        packed: a packed weight ``(3 * d_out, d_in)`` or bias ``(3 * d_out,)``, or a fused
+            projection's output ``(B, T, 3 * d_out)`` with ``dim=-1``; ``None`` gives three ``None``.
+        dim: the dimension that holds the three parts, one after another.
+
+    Returns:
+        ``(query, key, value)``: views of ``packed``, no copy.
+
+    Raises:
+        ValueError: if the size along ``dim`` is not a multiple of three.
+
+    Example:
+        >>> query, key, value = unstack_qkv(torch.arange(6.0))
+        >>> query, key, value
+        (tensor([0., 1.]), tensor([2., 3.]), tensor([4., 5.]))
+        >>> [part.shape for part in unstack_qkv(torch.rand(2, 5, 12), dim=-1)]
+        [torch.Size([2, 5, 4]), torch.Size([2, 5, 4]), torch.Size([2, 5, 4])]
+    """
+    if packed is None:
+        return None, None, None
+    if not isinstance(packed, torch.Tensor):
+        raise TypeError(f"packed must be a torch.Tensor or None, got {type(packed).__name__}.")
+    size = packed.shape[dim]
+    if size % 3 != 0:
+        raise ValueError(
+            f"packed has size {size} along dim={dim}, not a multiple of 3: a fused projection holds "
+            "queries, keys and values one after another, each a third of it."
+        )
+    return packed.chunk(3, dim=dim)

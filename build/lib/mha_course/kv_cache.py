@@ -1,0 +1,134 @@
+"""A key/value cache: what an attention layer keeps of the tokens it has already seen.
+
+When a model generates text it runs one new token at a time through every layer. Causality means
+the keys and values of the earlier tokens never change when a token is added, so instead of
+recomputing them for the whole prefix at every step, a layer keeps them in a :class:`KVCache` and
+computes keys and values for the new tokens only. Queries are not cached: each step needs only the
+new tokens' queries.
+
+The cache holds ``(B, g, T_cached, d_h)`` keys and values, where ``g`` is the number of key/value
+heads of the layer (``num_kv_groups`` of :class:`GroupedQueryAttention`), so sharing key/value
+heads across query heads shrinks it by ``num_heads / num_kv_groups``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class KVCache:
+    """The keys and values of the positions one attention layer has seen, for one batch of sequences.
+
+    Pass the same cache to every call of the layer while a sequence grows: the layer appends the new
+    tokens' keys and values, and its queries attend to every cached position plus the causal part of
+    the new tokens. A first call with several tokens (the prompt, or *prefill*) and later calls with
+    one token each (decoding) give the outputs that recomputing the whole prefix would.
+
+    Use one cache per attention layer and per batch of sequences; call :meth:`reset` (or make a new
+    cache) before the next sequence. The cache keeps autograd history if it is filled with
+    gradients on; generation normally runs under ``torch.no_grad()``.
+
+    Attributes:
+        keys: ``(batch, num_kv_groups, num_cached, head_dim)`` tensor, or ``None`` while empty.
+        values: the same for values.
+
+    Example:
+        >>> from mha_course import GroupedQueryAttention
+        >>> gqa = GroupedQueryAttention(8, 8, context_length=6, dropout=0.0, num_heads=4, num_kv_groups=2)
+        >>> x = torch.rand(1, 5, 8)
+        >>> cache = KVCache()
+        >>> prompt = gqa(x[:, :3], cache=cache)  # three tokens at once
+        >>> len(cache), tuple(cache.keys.shape)  # (B, g, T_cached, d_h)
+        (3, (1, 2, 3, 2))
+        >>> step = gqa(x[:, 3:4], cache=cache)  # then one token at a time
+        >>> torch.allclose(step, gqa(x[:, :4])[:, 3:], atol=1e-6)  # as if the prefix were recomputed
+        True
+        >>> cache.reset()
+        >>> len(cache)
+        0
+    """
+
+    def __init__(self) -> None:
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        """How many positions the cache holds (0 when empty)."""
+        return 0 if self.keys is None else self.keys.shape[2]
+
+    def __repr__(self) -> str:
+        if self.keys is None:
+            return "KVCache(empty)"
+        batch, groups, _, head_dim = self.keys.shape
+        return f"KVCache({len(self)} positions, batch={batch}, kv_heads={groups}, head_dim={head_dim})"
+
+    def reset(self) -> None:
+        """Empty the cache, to start a new sequence (or batch of sequences)."""
+        self.keys = None
+        self.values = None
+
+    def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add the new tokens' keys and values; return all keys and values held, old then new.
+
+        Called by the attention layer itself. Both arguments are ``(batch, num_kv_groups,
+        num_new, head_dim)``; the result is ``(batch, num_kv_groups, len(self), head_dim)`` after
+        the append.
+
+        Raises:
+            ValueError: if the new keys do not fit what the cache holds (another batch size, number
+                of key/value heads, head width or device), or keys and values differ in shape.
+            TypeError: if their dtype differs from the cached keys'.
+
+        Example:
+            >>> cache = KVCache()
+            >>> keys, values = cache.append(torch.rand(2, 1, 3, 4), torch.rand(2, 1, 3, 4))
+            >>> keys, values = cache.append(torch.rand(2, 1, 1, 4), torch.rand(2, 1, 1, 4))
+            >>> tuple(keys.shape), len(cache)
+            ((2, 1, 4, 4), 4)
+        """
+        self._check(keys, values)
+        if self.keys is None:
+            self.keys, self.values = keys, values
+        else:
+            # Concatenation copies the cache at every step; simple, and small next to recomputing
+            # the keys and values of the whole prefix.
+            self.keys = torch.cat([self.keys, keys], dim=2)  # (B, g, T_cached + T_new, d_h)
+            self.values = torch.cat([self.values, values], dim=2)  # (B, g, T_cached + T_new, d_h)
+        return self.keys, self.values
+
+    def _check(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        for name, t in (("keys", keys), ("values", values)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 4:
+                got = f"shape {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ValueError(f"{name} must be a 4-D tensor (batch, num_kv_groups, num_new, head_dim), got {got}.")
+        if keys.shape != values.shape:
+            raise ValueError(
+                f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must have the same shape "
+                "(batch, num_kv_groups, num_new, head_dim)."
+            )
+        if self.keys is None:
+            return
+        batch, groups, _, head_dim = self.keys.shape
+        if keys.shape[0] != batch:
+            raise ValueError(
+                f"the cache holds keys for a batch of {batch} sequences, but the new tokens come in a "
+                f"batch of {keys.shape[0]} (x.shape[0]). A cache serves one batch of sequences: call "
+                "cache.reset() before starting another, or give each batch its own KVCache()."
+            )
+        if (keys.shape[1], keys.shape[3]) != (groups, head_dim):
+            raise ValueError(
+                f"the cache holds {groups} key/value heads of width {head_dim}, the new keys have "
+                f"{keys.shape[1]} of width {keys.shape[3]}: the cache was filled by another layer. "
+                "Give each attention layer its own KVCache()."
+            )
+        if keys.device != self.keys.device:
+            raise ValueError(
+                f"the cache is on {self.keys.device} but the new keys are on {keys.device}: the module "
+                "moved since the cache was filled. Call cache.reset() and run the sequence again."
+            )
+        if keys.dtype != self.keys.dtype:
+            raise TypeError(
+                f"the cache holds {self.keys.dtype} keys but the new keys are {keys.dtype}: the module "
+                "changed dtype since the cache was filled. Call cache.reset() and run the sequence "
+                "again."
+            )

@@ -1,0 +1,234 @@
+"""Stage 3 of the course: all heads in one module, computed at once.
+
+``MultiHeadAttention`` does the work of :class:`MultiHeadAttentionWrapper` with one query, one key
+and one value projection of width ``d_out``. Their outputs are viewed as ``num_heads`` slices of
+``head_dim = d_out // num_heads`` columns, so a single batched matrix product serves every head.
+An output projection then mixes the merged heads.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ._validation import check_bool, check_divisible, check_dropout, check_input, check_positive_int
+from .heads import merge_heads, split_heads, unstack_qkv
+from .masking import causal_mask, check_loaded_mask
+from .wrapper import MultiHeadAttentionWrapper
+
+
+class MultiHeadAttention(nn.Module):
+    """Causal multi-head attention with the heads batched into one tensor.
+
+    Args:
+        d_in: width of each input token vector.
+        d_out: **total** width of the output, split across heads (new in this class:
+            ``head_dim = d_out // num_heads``; in :class:`MultiHeadAttentionWrapper` ``d_out`` is
+            the width of one head).
+        context_length: the longest sequence the module accepts.
+        dropout: probability of zeroing an attention weight while training.
+        num_heads: how many heads; must divide ``d_out``.
+        qkv_bias: whether the query, key and value projections have a bias.
+
+    Shapes:
+        input ``(batch, num_tokens, d_in)`` -> output ``(batch, num_tokens, d_out)``; inside
+        ``forward``, queries, keys and values are ``(batch, num_heads, num_tokens, head_dim)``
+        (see :func:`split_heads`).
+
+    Attributes:
+        head_dim: ``d_out // num_heads``, the width of one head.
+        W_query: ``nn.Linear(d_in, d_out)``, the query projection of all heads at once (output
+            columns ``h * head_dim`` to ``(h + 1) * head_dim`` belong to head ``h``); ``W_key``
+            and ``W_value`` are its twins for keys and values.
+        out_proj: ``nn.Linear(d_out, d_out)`` that mixes the concatenated heads.
+        mask: boolean buffer ``(context_length, context_length)``, ``True`` where attention is
+            forbidden, shared by every head.
+
+    Example:
+        >>> mha = MultiHeadAttention(3, 4, 6, dropout=0.0, num_heads=2)
+        >>> mha(torch.rand(1, 6, 3)).shape
+        torch.Size([1, 6, 4])
+    """
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        self.d_in = check_positive_int("d_in", d_in)
+        self.d_out = check_positive_int(
+            "d_out", d_out, hint="In MultiHeadAttention d_out is the total width of all heads."
+        )
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.context_length = check_positive_int("context_length", context_length)
+        self.head_dim = check_divisible(self.d_out, self.num_heads)
+        qkv_bias = check_bool("qkv_bias", qkv_bias)
+        # One projection per role for all heads: columns [h*head_dim, (h+1)*head_dim) belong to head h.
+        self.W_query = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
+        # New in this class: a learned linear map that mixes the concatenated heads.
+        self.out_proj = nn.Linear(self.d_out, self.d_out)
+        self.dropout = nn.Dropout(check_dropout(dropout))
+        self.register_buffer("mask", causal_mask(self.context_length))
+        self.register_load_state_dict_pre_hook(check_loaded_mask)  # a loaded mask must be causal
+
+    def _weights_and_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        check_input(x, self.d_in, self.context_length, like=self.W_query.weight)
+        num_tokens = x.shape[1]
+        queries = split_heads(self.W_query(x), self.num_heads)  # (B, h, T, d_h)
+        keys = split_heads(self.W_key(x), self.num_heads)  # (B, h, T, d_h)
+        values = split_heads(self.W_value(x), self.num_heads)  # (B, h, T, d_h)
+        # Scale the queries (B*T*d_out numbers) rather than the scores (B*h*T*T numbers):
+        # softmax(q k^T / sqrt(d_h)) is the same either way, and the query tensor is far smaller.
+        queries = queries * self.head_dim**-0.5
+        scores = queries @ keys.transpose(2, 3)  # (B, h, T, T): one score matrix per head
+        # One mask for every head and every batch row, by broadcasting; filled in place because
+        # the fresh score tensor is not needed unmasked.
+        scores.masked_fill_(self.mask[:num_tokens, :num_tokens], float("-inf"))
+        return torch.softmax(scores, dim=-1), values  # (B, h, T, T), (B, h, T, d_h)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """All heads in one batched product, merged and projected: ``(B, T, d_in) -> (B, T, d_out)``."""
+        weights, values = self._weights_and_values(x)  # validates x
+        context = self.dropout(weights) @ values  # (B, h, T, d_h)
+        context = merge_heads(context)  # (B, T, d_out): the heads side by side, as the wrapper's cat
+        return self.out_proj(context)  # (B, T, d_out)
+
+    @torch.no_grad()
+    def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
+        """Every head's attention weights, shape ``(batch, num_heads, num_tokens, num_tokens)``.
+
+        Example:
+            >>> mha = MultiHeadAttention(3, 4, 6, dropout=0.0, num_heads=2)
+            >>> mha.attention_weights(torch.rand(1, 5, 3)).shape
+            torch.Size([1, 2, 5, 5])
+        """
+        return self._weights_and_values(x)[0]
+
+    @classmethod
+    def from_wrapper(cls, wrapper: MultiHeadAttentionWrapper) -> "MultiHeadAttention":
+        """A ``MultiHeadAttention`` that computes exactly what ``wrapper`` computes.
+
+        Its ``d_out`` is ``wrapper.num_heads * wrapper.d_out`` (the wrapper's ``d_out`` is per
+        head); it has the wrapper's dropout, bias setting, device, dtype and training mode, and
+        weights copied by :func:`transfer_weights`.
+
+        Example:
+            >>> wrapper = MultiHeadAttentionWrapper(3, 2, 6, dropout=0.0, num_heads=2)
+            >>> mha = MultiHeadAttention.from_wrapper(wrapper)
+            >>> x = torch.rand(2, 6, 3)
+            >>> mha.d_out, torch.allclose(mha(x), wrapper(x), atol=1e-6)
+            (4, True)
+        """
+        if not isinstance(wrapper, MultiHeadAttentionWrapper):
+            raise TypeError(
+                f"wrapper must be a MultiHeadAttentionWrapper, got {type(wrapper).__name__}."
+            )
+        first = wrapper.heads[0]
+        mha = cls(
+            wrapper.d_in,
+            wrapper.num_heads * wrapper.d_out,
+            wrapper.context_length,
+            first.dropout.p,
+            wrapper.num_heads,
+            qkv_bias=first.W_query.bias is not None,
+        )
+        mha = mha.to(device=first.W_query.weight.device, dtype=first.W_query.weight.dtype)
+        return transfer_weights(wrapper, mha).train(wrapper.training)
+
+    @classmethod
+    @torch.no_grad()
+    def from_fast(cls, fast) -> "MultiHeadAttention":
+        """A ``MultiHeadAttention`` that computes exactly what the ``FastMultiHeadAttention`` computes.
+
+        The inverse of :meth:`FastMultiHeadAttention.from_multihead`: the fused ``qkv`` weight (and
+        bias) is cut back into the query, key and value projections; the output projection, the
+        dropout probability, device, dtype and training mode are copied.
+
+        Example:
+            >>> from mha_course import FastMultiHeadAttention
+            >>> fast = FastMultiHeadAttention(3, 4, context_length=6, dropout=0.0, num_heads=2)
+            >>> mha = MultiHeadAttention.from_fast(fast)
+            >>> x = torch.rand(2, 6, 3)
+            >>> torch.allclose(mha(x), fast(x), atol=1e-6)
+            True
+        """
+        from .fast import FastMultiHeadAttention  # here, not at the top: fast.py imports this module
+
+        if not isinstance(fast, FastMultiHeadAttention):
+            hint = " For a wrapper use MultiHeadAttention.from_wrapper(wrapper)." if isinstance(
+                fast, MultiHeadAttentionWrapper) else ""
+            raise TypeError(f"fast must be a FastMultiHeadAttention, got {type(fast).__name__}.{hint}")
+        weight = fast.qkv.weight
+        mha = cls(
+            fast.d_in, fast.d_out, fast.context_length, fast.dropout.p, fast.num_heads,
+            qkv_bias=fast.qkv.bias is not None,
+        ).to(device=weight.device, dtype=weight.dtype)
+        weights, biases = unstack_qkv(fast.qkv.weight), unstack_qkv(fast.qkv.bias)
+        for linear, w, b in zip((mha.W_query, mha.W_key, mha.W_value), weights, biases, strict=True):
+            linear.weight.copy_(w)
+            if b is not None:
+                linear.bias.copy_(b)
+        mha.out_proj.load_state_dict(fast.out_proj.state_dict())
+        return mha.train(fast.training)
+
+
+@torch.no_grad()
+def transfer_weights(wrapper: MultiHeadAttentionWrapper, mha: MultiHeadAttention) -> MultiHeadAttention:
+    """Copy a wrapper's per-head weights into ``mha`` so that both compute the same function.
+
+    Head ``h``'s query, key and value weights become rows ``h*head_dim`` to ``(h+1)*head_dim`` of
+    ``mha``'s projections (the slice that :func:`split_heads` assigns to head ``h``), and the output
+    projection becomes the identity, because the wrapper merges by concatenation alone.
+
+    Args:
+        wrapper: the stacked heads to copy from.
+        mha: the batched module to copy into; it needs the wrapper's ``d_in``, ``num_heads``
+            and ``qkv_bias``, and ``head_dim`` equal to the wrapper's ``d_out``, so
+            ``mha.d_out == wrapper.num_heads * wrapper.d_out``.
+
+    Returns:
+        ``mha``, changed in place (no gradients are recorded).
+
+    Raises:
+        TypeError: if the arguments are not a wrapper and a ``MultiHeadAttention``.
+        ValueError: if their sizes or bias settings differ; the message gives the constructor
+            call that fits.
+
+    Example:
+        >>> wrapper = MultiHeadAttentionWrapper(3, 2, 6, dropout=0.0, num_heads=2)
+        >>> mha = MultiHeadAttention(3, 4, 6, dropout=0.0, num_heads=2)
+        >>> mha = transfer_weights(wrapper, mha)
+        >>> x = torch.rand(1, 6, 3)
+        >>> torch.allclose(mha(x), wrapper(x), atol=1e-6)
+        True
+    """
+    if not isinstance(wrapper, MultiHeadAttentionWrapper):
+        raise TypeError(f"wrapper must be a MultiHeadAttentionWrapper, got {type(wrapper).__name__}.")
+    if not isinstance(mha, MultiHeadAttention):
+        raise TypeError(f"mha must be a MultiHeadAttention, got {type(mha).__name__}.")
+    expected = {
+        "d_in": wrapper.d_in,
+        "num_heads": wrapper.num_heads,
+        "head_dim": wrapper.d_out,
+    }
+    for name, want in expected.items():
+        got = getattr(mha, name)
+        if got != want:
+            raise ValueError(
+                f"mha.{name} is {got} but the wrapper needs {want}: build the target as "
+                f"MultiHeadAttention(d_in={wrapper.d_in}, d_out={wrapper.num_heads * wrapper.d_out}, "
+                f"..., num_heads={wrapper.num_heads}), since the wrapper's d_out is per head."
+            )
+    wrapper_bias = wrapper.heads[0].W_query.bias is not None
+    if wrapper_bias != (mha.W_query.bias is not None):
+        raise ValueError(
+            f"qkv_bias differs: the wrapper has qkv_bias={wrapper_bias} but mha has "
+            f"qkv_bias={not wrapper_bias}. Build both with the same qkv_bias."
+        )
+    for role in ("W_query", "W_key", "W_value"):
+        target = getattr(mha, role)
+        target.weight.copy_(torch.cat([getattr(head, role).weight for head in wrapper.heads], dim=0))
+        if target.bias is not None:
+            target.bias.copy_(torch.cat([getattr(head, role).bias for head in wrapper.heads], dim=0))
+    mha.out_proj.weight.copy_(torch.eye(mha.d_out, dtype=mha.out_proj.weight.dtype))
+    mha.out_proj.bias.zero_()
+    return mha

@@ -1,0 +1,73 @@
+"""Stage 2 of the course: several causal heads, stacked side by side.
+
+``MultiHeadAttentionWrapper`` holds ``num_heads`` independent :class:`CausalAttention` modules.
+The same input enters every head unchanged; each head owns its own query, key and value weights
+and produces its own context vectors Z_1 ... Z_h; the only place the heads meet is the merge,
+a concatenation along the feature dimension.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ._validation import check_bool, check_dropout, check_input, check_positive_int
+from .causal_attention import CausalAttention
+
+
+class MultiHeadAttentionWrapper(nn.Module):
+    """Multi-head attention built by stacking independent causal heads.
+
+    Args:
+        d_in: width of each input token vector.
+        d_out: width of **each head's** output (new in this class: the merged output is
+            ``num_heads * d_out`` wide; contrast :class:`MultiHeadAttention`, where ``d_out`` is
+            the total width).
+        context_length: the longest sequence the module accepts.
+        dropout: probability of zeroing an attention weight while training.
+        num_heads: how many heads to stack.
+        qkv_bias: whether the query, key and value projections have a bias.
+
+    Shapes:
+        input ``(batch, num_tokens, d_in)`` -> output ``(batch, num_tokens, num_heads * d_out)``.
+
+    Attributes:
+        heads: ``nn.ModuleList`` of ``num_heads`` independent :class:`CausalAttention` heads;
+            columns ``h * d_out`` to ``(h + 1) * d_out`` of the output come from ``heads[h]``.
+
+    Example:
+        >>> wrapper = MultiHeadAttentionWrapper(3, 2, 6, dropout=0.0, num_heads=2)
+        >>> wrapper(torch.rand(1, 6, 3)).shape
+        torch.Size([1, 6, 4])
+    """
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.d_in = check_positive_int("d_in", d_in)
+        self.d_out = check_positive_int("d_out", d_out, hint="In the wrapper d_out is the width of each head.")
+        self.context_length = check_positive_int("context_length", context_length)
+        check_dropout(dropout)
+        check_bool("qkv_bias", qkv_bias)
+        # Each head is a complete CausalAttention with weights of its own: nothing is shared.
+        self.heads = nn.ModuleList(
+            CausalAttention(d_in, d_out, context_length, dropout, qkv_bias) for _ in range(self.num_heads)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Run every head on ``x`` and concatenate: ``(B, T, d_in) -> (B, T, num_heads * d_out)``."""
+        check_input(x, self.d_in, self.context_length, like=self.heads[0].W_query.weight)
+        # The merge: the only place where the heads' paths meet.
+        return torch.cat([head(x) for head in self.heads], dim=-1)  # (B, T, num_heads * d_out)
+
+    @torch.no_grad()
+    def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
+        """Every head's attention weights, shape ``(batch, num_heads, num_tokens, num_tokens)``.
+
+        Example:
+            >>> wrapper = MultiHeadAttentionWrapper(3, 2, 6, dropout=0.0, num_heads=2)
+            >>> wrapper.attention_weights(torch.rand(1, 4, 3)).shape
+            torch.Size([1, 2, 4, 4])
+        """
+        check_input(x, self.d_in, self.context_length, like=self.heads[0].W_query.weight)
+        return torch.stack([head.attention_weights(x) for head in self.heads], dim=1)
