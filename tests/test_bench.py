@@ -211,7 +211,7 @@ def _state(gflops, load=None):
     (20.0, 17.9, ["-10%"]),
 ])
 def test_a_ceiling_that_moved_more_than_ten_percent_is_a_warning(start, end, expected):
-    warnings = bench.stability_warnings(_state(start), _state(end), threads=1, seconds=60)
+    warnings = bench.stability_warnings(_state(start), _state(end), threads=1, seconds=60, cpus=2)
     assert len(warnings) == len(expected)
     for warning, fragment in zip(warnings, expected):
         assert fragment in warning and "the machine's speed changed while it was being measured" in warning
@@ -222,14 +222,25 @@ def test_a_ceiling_that_moved_more_than_ten_percent_is_a_warning(start, end, exp
     ([0.2, 0.2, 0.2], [1.2, 0.6, 0.3], 1, 600, False),  # a long run's own thread is taken out
     ([0.2, 0.2, 0.2], [2.4, 1.0, 0.5], 1, 600, True),  # another program started: 1.2 more
     ([3.0, 3.0, 3.0], [2.0, 2.5, 2.8], 1, 600, True),  # a neighbour stopped: 3.0 -> 1.0
-    ([3.0, 3.0, 3.0], [4.1, 3.5, 3.2], 1, 600, False),  # 3.0 -> 3.1: within 10 %
+    ([3.0, 3.0, 3.0], [4.1, 3.5, 3.2], 1, 600, False),  # 3.0 -> 3.1: within 10 % (and 8 cores: not busy)
     (None, None, 1, 600, False),  # no load average on this platform (Windows)
 ])
 def test_a_load_that_moved_more_than_ten_percent_is_a_warning(start, end, threads, seconds, warned):
-    warnings = bench.stability_warnings(_state(20, start), _state(20, end), threads=threads, seconds=seconds)
+    warnings = bench.stability_warnings(_state(20, start), _state(20, end), threads=threads, seconds=seconds, cpus=8)
     assert bool(warnings) is warned
     if warned:
         assert "other programs competed for the cores during the run" in warnings[0]
+
+
+@pytest.mark.parametrize("load,threads,cpus,busy", [
+    (0.1, 1, 2, False), (0.9, 1, 2, False), (1.5, 1, 2, True), (0.5, 2, 2, True), (5.6, 1, 2, True), (5.6, 1, 16, False),
+])
+def test_a_run_that_shares_its_cores_with_other_work_is_a_warning(load, threads, cpus, busy):
+    steady = _state(20, [load] * 3)
+    warnings = bench.stability_warnings(steady, steady, threads=threads, seconds=0, cpus=cpus)
+    assert bool(warnings) is busy
+    if busy:
+        assert warnings[0].startswith(f"the machine was busy: other work kept {load:.2f} of its {cpus} cores busy")
 
 
 def test_the_command_stores_the_observations_and_warns_when_the_machine_moved(tmp_path, capsys, monkeypatch):

@@ -85,21 +85,25 @@ def stability(start: MachineState, end: MachineState, *, threads: int, seconds: 
 
 
 def stability_warnings(start: MachineState, end: MachineState, *, threads: int, seconds: float,
-                       tolerance: float = TOLERANCE) -> list[str]:
-    """Why a run is not trustworthy: its ceiling or the machine's load moved by more than ``tolerance``.
+                       tolerance: float = TOLERANCE, cpus: int | None = None) -> list[str]:
+    """Why a run is not trustworthy: its ceiling or the machine's load moved by more than ``tolerance``,
+    or other work already needed the cores the run's threads wanted.
 
     The ceiling is compared as measured. The load is the 1-minute load average, which by the end
     includes the run's own ``threads`` busy threads: they are taken out (weighted by how much of
     the average's minute they had to fill it, ``1 - exp(-seconds / 60)``) so that only the other
     work on the machine is compared, and a change is measured against one busy core at least, so
-    that an idle machine going from 0.01 to 0.05 is no warning.
+    that an idle machine going from 0.01 to 0.05 is no warning. A machine whose other work at the
+    start, plus the run's threads, needs more than its ``cpus`` cores (default ``os.cpu_count()``) is
+    busy however steady it stays.
 
     Example:
         >>> quiet = MachineState({"flops_per_s": 20e9}, [0.1, 0.1, 0.1])
-        >>> stability_warnings(quiet, MachineState({"flops_per_s": 21e9}, [1.1, 0.8, 0.4]), threads=1, seconds=600)
+        >>> stability_warnings(quiet, MachineState({"flops_per_s": 21e9}, [1.1, 0.8, 0.4]), threads=1, seconds=600,
+        ...                    cpus=2)
         []
         >>> busy = MachineState({"flops_per_s": 57.4e9}, [2.5, 1.0, 0.5])
-        >>> for warning in stability_warnings(quiet, busy, threads=1, seconds=600):
+        >>> for warning in stability_warnings(quiet, busy, threads=1, seconds=600, cpus=2):
         ...     print(warning)
         the matmul ceiling moved from 20.0 to 57.4 GFLOP/s (+187%) between the start and the end of the run: the machine's speed changed while it was being measured
         the machine's load from other work moved from 0.10 to 1.50 (1-minute load average, the run's own 1 thread taken out): other programs competed for the cores during the run
@@ -111,6 +115,11 @@ def stability_warnings(start: MachineState, end: MachineState, *, threads: int, 
         warnings.append(f"the matmul ceiling moved from {before / 1e9:.1f} to {after / 1e9:.1f} GFLOP/s "
                         f"({change:+.0%}) between the start and the end of the run: the machine's speed "
                         "changed while it was being measured")
+    cpus = cpus or os.cpu_count() or 1
+    if start.load is not None and start.load[0] + threads > cpus * (1 + tolerance):
+        warnings.append(f"the machine was busy: other work kept {start.load[0]:.2f} of its {cpus} cores busy "
+                        f"(1-minute load average) when the run started, so its {threads} "
+                        f"thread{'s' if threads != 1 else ''} had to share them")
     if start.load is not None and end.load is not None:
         own = threads * (1 - math.exp(-max(seconds, 0.0) / LOAD_AVERAGE_S))
         others_before, others_after = start.load[0], max(end.load[0] - own, 0.0)
