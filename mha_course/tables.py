@@ -12,9 +12,10 @@ cell can assert on them) and formats them only when shown:
 * ``None`` as ``-``.
 
 ``str(table)`` is aligned plain text, which is what nbval compares and what a terminal shows. In a
-notebook the table renders as HTML (``_repr_html_``) inside a box that scrolls sideways by itself
-when the table is wider than the page (the ``mha-table`` class of ``book/_static/book.css``); the
-box can take keyboard focus and is labelled, so that it can be scrolled without a mouse.
+notebook the table renders as HTML (``_repr_html_``): its title and notes wrap at the page's width,
+and the table itself sits in a box that scrolls sideways by itself when the table is wider than
+the page (the ``mha-table`` classes of ``book/_static/book.css``); the box can take keyboard focus
+and is labelled, so that it can be scrolled without a mouse.
 """
 
 from __future__ import annotations
@@ -223,10 +224,12 @@ class Table:
             cells = [heading(text, f'scope="row"{number_class(i)}') if i < self.key_columns
                      else f"<td{number_class(i)}>{html.escape(text)}</td>" for i, text in enumerate(row)]
             body.append("<tr>" + "".join(cells) + "</tr>")
-        caption = f"<caption>{html.escape(self.title)}</caption>" if self.title else ""
-        notes = "".join(f'<p class="note">{html.escape(note)}</p>' for note in self.notes)
+        title = f'<p class="mha-table-title">{html.escape(self.title)}</p>' if self.title else ""
+        notes = "".join(f'<p class="mha-table-note">{html.escape(note)}</p>' for note in self.notes)
         label = html.escape(self.title or "table: " + ", ".join(self.columns), quote=True)
-        # A scroll box of its own, reachable from the keyboard (tabindex) and named (role, label).
-        return (f'<div class="mha-table" role="region" aria-label="{label}" tabindex="0" style="overflow-x:auto">'
-                f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        # The title and notes wrap at the page's width; the table alone scrolls sideways, in a box of
+        # its own that the keyboard can reach (tabindex) and a screen reader can name (role, label).
+        return (f'<div class="mha-table-block">{title}'
+                f'<div class="mha-table" role="region" aria-label="{label}" tabindex="0" style="overflow-x:auto">'
+                f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
                 f"{notes}</div>")

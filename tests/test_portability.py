@@ -68,7 +68,7 @@ def test_without_posix_or_tools_the_package_works_and_memory_is_skipped_with_a_m
     # `import mha_course` loads the core and the example data only: no tool, no tool dependency.
     assert report["after_import"] == []
     assert report["table"].split()[:3] == ["implementation", "median", "IQR"]
-    assert report["html"].startswith('<div class="mha-table"')
+    assert report["html"].startswith('<div class="mha-table-block">')
     assert report["summary_rows"] == 4
     assert report["meta"]["memory_measured"] is False and report["meta"]["load"] == {"start": None, "end": None}
     assert "lacks os.fork and the resource module" in report["meta"]["memory_skipped"]

@@ -55,14 +55,16 @@ def test_default_number_formats():
         "2,360,064", "0.123", "10.0", "12,346", "True", "x", "-"]
 
 
-def test_html_is_escaped_scrolls_in_its_own_labelled_focusable_box():
-    rendered = Table(["<x>", "n"], [["a & b", 3]], title="T<1>")._repr_html_()
-    assert rendered.startswith('<div class="mha-table" role="region" aria-label="T&lt;1&gt;" tabindex="0"')
-    assert "overflow-x:auto" in rendered and "<caption>T&lt;1&gt;</caption>" in rendered
+def test_html_is_escaped_and_only_the_table_scrolls_in_its_own_labelled_focusable_box():
+    rendered = Table(["<x>", "n"], [["a & b", 3]], title="T<1>", notes=["n & m"])._repr_html_()
+    assert rendered.startswith('<div class="mha-table-block"><p class="mha-table-title">T&lt;1&gt;</p>'
+                               '<div class="mha-table" role="region" aria-label="T&lt;1&gt;" tabindex="0" '
+                               'style="overflow-x:auto"><table>')
+    assert rendered.endswith('</table></div><p class="mha-table-note">n &amp; m</p></div>')
     assert '<th scope="col">&lt;x&gt;</th><th scope="col" class="num">n</th>' in rendered
     assert '<tr><th scope="row">a &amp; b</th><td class="num">3</td></tr>' in rendered
     untitled = Table(["a", "b"], [[1, 2]])._repr_html_()
-    assert 'aria-label="table: a, b"' in untitled
+    assert 'aria-label="table: a, b"' in untitled and "mha-table-title" not in untitled
 
 
 def test_bad_tables_are_refused_with_the_fix():
