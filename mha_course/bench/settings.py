@@ -13,7 +13,8 @@ from .steps import MODES
 
 def _positive(name: str, value, kind=numbers.Real) -> None:
     if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
-        raise ValueError(f"{name} must be a positive number, got {value!r}.")
+        what = "a whole number of at least 1" if kind is numbers.Integral else "a positive number"
+        raise ValueError(f"{name} must be {what}, got {value!r}.")
 
 
 @dataclass(frozen=True)
