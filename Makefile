@@ -1,6 +1,6 @@
 # The course's two commands:
 #   make book   build the HTML book into _build/html (creates .venv and installs everything on first use)
-#   make test   run every test: the book build (warnings are errors), package tests, strict nbval on every chapter
+#   make test   run every test: the linter, the book build (warnings are errors), package tests, strict nbval on every chapter
 # Needs only Python 3.11+ and make.
 
 PYTHON ?= python3
@@ -31,8 +31,8 @@ book-student: $(STAMP)
 	$(BIN)/jupyter-book build _build/student-book -W -n --keep-going
 	@echo "The book without solutions is in _build/student-book/_build/html: open book/intro.html there."
 
-# make test builds the book first (the browser tests read _build/html), rendering the notebooks'
-# stored outputs: the strict nbval run in pytest executes every chapter and compares. The browser
+# make test lints the code (ruff, rules in pyproject.toml), then builds the book (the browser tests
+# read _build/html), rendering the notebooks' stored outputs: the strict nbval run in pytest executes every chapter and compares. The browser
 # tests need chromium: as root (CI) it is installed when missing, otherwise they are skipped.
 test: $(STAMP)
 	@if command -v chromium >/dev/null 2>&1; then :; \
@@ -42,6 +42,7 @@ test: $(STAMP)
 	else \
 	  echo "chromium is not installed: the browser tests will be skipped. To run them: sudo apt-get install -y chromium"; \
 	fi
+	$(BIN)/ruff check .
 	MHA_COURSE_BOOK_EXECUTE=off $(BIN)/jupyter-book build . -W -n --keep-going
 	MHA_COURSE_REQUIRE_BOOK=1 $(BIN)/python -m pytest
 

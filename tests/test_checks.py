@@ -487,7 +487,7 @@ def _prints_and_warns(*args, **kwargs):
     import warnings
 
     print("debugging output")
-    warnings.warn("a warning")
+    warnings.warn("a warning", stacklevel=2)
     return _Weird()
 
 

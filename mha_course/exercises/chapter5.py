@@ -1,8 +1,8 @@
 """Exercises of chapter 5, why several heads: the task's labels, and head scores from attention maps.
 
-The reference for both is the chapter's own package module, :mod:`mha_course.specialise`: the
-labels of :func:`~mha_course.specialise.difference_task` for 5.1, and
-:func:`~mha_course.specialise.head_scores` of seeded untrained models for 5.2.
+The reference for both is the chapter's own package module, :mod:`mha_course.experiments.specialisation`: the
+labels of :func:`~mha_course.experiments.specialisation.difference_task` for 5.1, and
+:func:`~mha_course.experiments.specialisation.head_scores` of seeded untrained models for 5.2.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..device import get_device
-from ..specialise import TinyAttentionModel, difference_task, head_scores, mean_attention_maps
+from ..experiments.specialisation import TinyAttentionModel, difference_task, head_scores, mean_attention_maps
 from .framework import (Check, Exercise, Failed, Mistake, Recorder, describe, expect_close, expect_shape,
                         plain, same, tensor_of, value_of)
 
