@@ -25,7 +25,7 @@ from ..cost import multiply_adds
 from ..data import random_batch
 from ..device import get_device
 from ..implementations import IMPLEMENTATIONS
-from ..progress import Progress
+from ..progress_bar import ProgressBar
 from ..timing import SLOW_CALL_S, time_interleaved, time_once
 from .machine import cpu_memory_unsupported_reason, metadata, observe, stability
 from .results import FORMAT_VERSION, add_ratios
@@ -78,7 +78,7 @@ class _Run:
         self.settings, self.device, self.memory, self.probe = settings, device, memory, probe
         self.threads = torch.get_num_threads()
         total = 2 + len(settings.configs) * len(settings.modes) * len(settings.implementations)
-        self.bar = Progress(total, "bench", enabled=settings.progress)
+        self.bar = ProgressBar(total, "bench", enabled=settings.progress)
 
     def results(self) -> dict:
         s = self.settings

@@ -15,7 +15,7 @@ from ..._validation import check_positive_int
 from ...tables import Table
 from .evaluation import SOLVED_ACCURACY, evaluate, head_role, rounded
 from .task import SpecialisationConfig, check_config, check_head_count
-from ...progress import progress as progress_line
+from ...progress_bar import progress as progress_line
 from .training import train
 
 #: Where ``python -m mha_course specialise`` writes its results by default (from the repository root).

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from ..._validation import check_positive_int
-from ...progress import progress as progress_line
+from ...progress_bar import progress as progress_line
 from .task import (IGNORE_INDEX, SpecialisationConfig, TinyAttentionModel, check_config, check_head_count,
                    check_seed, difference_task)
 

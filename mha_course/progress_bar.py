@@ -7,7 +7,7 @@ the work, so CI logs stay short. It has the few methods the commands need, and n
 Example:
     >>> import io
     >>> out = io.StringIO()
-    >>> with Progress(4, "demo", file=out) as bar:
+    >>> with ProgressBar(4, "demo", file=out) as bar:
     ...     for _ in range(4):
     ...         bar.update()
     >>> "demo  4/4" in out.getvalue()
@@ -33,7 +33,7 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
-class Progress:
+class ProgressBar:
     """Counts steps of known total and shows how far along the work is, and how long is left.
 
     Args:
@@ -77,7 +77,7 @@ class Progress:
             self.file.flush()
         self.enabled = False
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> "ProgressBar":
         return self
 
     def __exit__(self, *exc) -> None:
@@ -113,7 +113,7 @@ class Progress:
 
 def progress(items: Iterable[T], desc: str, *, total: int | None = None, enabled: bool = True,
              file: TextIO | None = None) -> Iterator[T]:
-    """Yield ``items`` one by one under a :class:`Progress` line.
+    """Yield ``items`` one by one under a :class:`ProgressBar` line.
 
     Example:
         >>> import io
@@ -124,7 +124,7 @@ def progress(items: Iterable[T], desc: str, *, total: int | None = None, enabled
         True
     """
     items = list(items) if total is None else items
-    bar = Progress(len(items) if total is None else total, desc, file=file, enabled=enabled)
+    bar = ProgressBar(len(items) if total is None else total, desc, file=file, enabled=enabled)
     try:
         for item in items:
             yield item

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from mha_course.progress import Progress, _clock, progress
+from mha_course.progress_bar import ProgressBar, _clock, progress
 
 
 class Terminal(io.StringIO):
@@ -25,7 +25,7 @@ def test_a_log_gets_a_line_per_tenth_of_the_work_not_per_step():
 
 def test_a_terminal_redraws_one_line_in_place_and_ends_it():
     out = Terminal()
-    with Progress(3, "grade", file=out) as bar:
+    with ProgressBar(3, "grade", file=out) as bar:
         bar.set_note("chapter 1")
         bar.update()
     text = out.getvalue()
@@ -41,7 +41,7 @@ def test_disabled_writes_nothing():
 
 
 def test_time_left_appears_only_mid_way():
-    bar = Progress(4, "x", file=io.StringIO())
+    bar = ProgressBar(4, "x", file=io.StringIO())
     assert "left" not in bar.line()
     bar.update(2)
     assert "left" in bar.line()
@@ -52,4 +52,4 @@ def test_time_left_appears_only_mid_way():
 def test_clock_and_bad_total():
     assert (_clock(75.2), _clock(3723)) == ("1:15", "1:02:03")
     with pytest.raises(ValueError, match="total must be the number of steps"):
-        Progress(-1, "x")
+        ProgressBar(-1, "x")
