@@ -43,6 +43,18 @@ def _grade(args: argparse.Namespace) -> int:
     return grader.main(args)
 
 
+def _progress(args: argparse.Namespace) -> int:
+    from .exercises import progress
+
+    return progress.main(args)
+
+
+def _lab(args: argparse.Namespace) -> int:
+    from .exercises import lab
+
+    return lab.main(args)
+
+
 def _add_exercise_commands(commands) -> None:
     # The argument definitions live with the tools; importing them is cheap (no torch).
     from .exercises import cli_arguments
@@ -54,6 +66,14 @@ def _add_exercise_commands(commands) -> None:
     grade = commands.add_parser("grade", help="execute completed notebooks and score their exercises")
     cli_arguments.add_grade_arguments(grade)
     grade.set_defaults(handler=_grade)
+    progress = commands.add_parser("progress", help="show which exercises of each chapter pass, fail or are not "
+                                   "started (reuses the last grading of unchanged notebooks)")
+    cli_arguments.add_progress_arguments(progress)
+    progress.set_defaults(handler=_progress)
+    lab = commands.add_parser("lab", help="write the student edition into student/ where a notebook is missing "
+                              "(never overwriting your work) and open JupyterLab on it")
+    cli_arguments.add_lab_arguments(lab)
+    lab.set_defaults(handler=_lab)
 
 
 def build_parser() -> argparse.ArgumentParser:
