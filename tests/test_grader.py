@@ -225,9 +225,12 @@ def test_the_package_snapshot_finds_and_writes_back_edits(tmp_path):
     snapshot = PackageSnapshot(package)
     (package / "exercises" / "checks.py").write_text("OK = False\n")
     (package / "extra.py").write_text("")
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / "checks.cpython-311.pyc").write_bytes(b"forged")  # not counted, but deleted
     assert snapshot.changed() == ["exercises/checks.py", "extra.py"]
     snapshot.restore()
     assert snapshot.changed() == [] and (package / "exercises" / "checks.py").read_text() == "OK = True\n"
+    assert not (package / "extra.py").exists() and not (package / "__pycache__" / "checks.cpython-311.pyc").exists()
     copy = snapshot.write_copy(tmp_path / "copy")
     (copy / "mha_course" / "__init__.py").write_text("X = 2\n")
     assert snapshot.changed_in(copy) == ["__init__.py"] and snapshot.changed() == []

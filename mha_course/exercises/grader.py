@@ -466,8 +466,8 @@ class _Watch:
         """The installed files changed while ``key`` ran (then written back); ``[]`` if none."""
         with self.lock:
             changed = self.snapshot.changed()
+            self.snapshot.restore()  # also deletes compiled files that are new or differ
             if changed:
-                self.snapshot.restore()
                 for others in self.running.values():
                     others.extend(name for name in changed if name not in others)
             return list(self.running[key])

@@ -8,9 +8,11 @@ and, as the edit stays, every notebook graded after it. The grader therefore
 * runs each notebook, and each replay of its answers, against a private copy written from that
   snapshot into a fresh temporary folder (:meth:`PackageSnapshot.write_copy`), so an edit to the
   copy reaches nothing else;
-* after each notebook compares the installed files with the snapshot (:meth:`PackageSnapshot.changed`),
-  refuses to score a notebook that changed them, and writes them back
-  (:meth:`PackageSnapshot.restore`) before the next.
+* after each notebook compares the installed source files with the snapshot
+  (:meth:`PackageSnapshot.changed`), refuses to score a notebook that changed them, and writes them
+  back (:meth:`PackageSnapshot.restore`) before the next. Compiled files (``__pycache__``) that are
+  new or differ are deleted, so a forged one is never loaded, without counting against the notebook:
+  any Python importing the package for the first time writes them, and Python recompiles them.
 
 Example:
     >>> import tempfile
@@ -65,21 +67,26 @@ class PackageSnapshot:
         return sorted(n for n in expected.keys() | now.keys() if expected.get(n) != now.get(n))
 
     def changed(self) -> list[str]:
-        """The installed package's files that differ from the snapshot (edited, added or removed)."""
-        return self._differences(self.root, source_only=False)
+        """The installed package's source files that differ from the snapshot (edited, added or removed)."""
+        return self._differences(self.root, source_only=True)
 
     def changed_in(self, copy: Path) -> list[str]:
         """The source files of a private copy (written by :meth:`write_copy`) that differ."""
         return self._differences(copy / PACKAGE, source_only=True)
 
     def restore(self) -> None:
-        """Write the snapshot back over the installed package and remove files it did not have."""
+        """Write the snapshot's source files back over the installed package, remove source files it did
+        not have, and delete compiled files that are new or differ from the snapshot."""
         for name in self.changed():
             path = self.root / name
             if name in self.files:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(self.files[name])
             elif path.is_file():
+                path.unlink()
+        for name in self._differences(self.root, source_only=False):
+            path = self.root / name
+            if "__pycache__" in name and path.is_file():
                 path.unlink()
 
 

@@ -143,7 +143,8 @@ def format_progress(chapters: list[ChapterProgress], folder: Path) -> str:
                  if chapter.notebook else f"no notebook for it in {folder}/")
         lines.append(f"Chapter {chapter.chapter}: {passed} of {len(chapter.exercises)} passed - {where}")
         for e in chapter.exercises:
-            lines.append(f"  {e.id:<6}{e.state:<13}{e.checks_passed:>3}/{e.checks_total:<3} checks  {e.title}")
+            checks = f"{e.checks_passed}/{e.checks_total} checks"
+            lines.append(f"  {e.id:<6}{e.state:<13}{checks:>12}  {e.title}")
             if e.line:
                 lines.append(f"        {e.line}")
         lines.append("")

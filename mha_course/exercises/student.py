@@ -32,7 +32,6 @@ import argparse
 import ast
 import copy
 import io
-import re
 import shutil
 import sys
 import textwrap
