@@ -80,7 +80,7 @@ def test_command_succeeds_with_table_json_and_progress_bar(graded):
     assert graded.proc.returncode == 0, graded.proc.stderr
     out = graded.proc.stdout
     assert "exercise result" in out and "Total: 7/20 exercises passed in 7 notebook(s)" in out
-    assert "Grading" in graded.proc.stderr and "7/7" in graded.proc.stderr  # the tqdm bar
+    assert "Grading" in graded.proc.stderr and "7/7" in graded.proc.stderr  # the progress line
     assert "Task exception" not in graded.proc.stderr  # nbclient's reader of an interrupted cell stays quiet
     assert graded.scores["score"] == 7 and graded.scores["max_score"] == 20
     assert [Path(n["notebook"]).name for n in graded.scores["notebooks"]] == [*SHARED, "05_why_several_heads.ipynb"]

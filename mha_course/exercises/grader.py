@@ -58,8 +58,8 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
-from tqdm import tqdm
 
+from ..progress_bar import ProgressBar
 from . import EXERCISES
 from .definitions import defined_names
 from .framework import (ERROR, FAIL_MARK, MISSING, NOT_IMPLEMENTED, PASS_MARK, PASSED, WAITING_MARK, judge)
@@ -637,10 +637,10 @@ def grade(paths: list[Path], timeout: float = NOTEBOOK_TIMEOUT, check_timeout: f
     snapshot = PackageSnapshot()
     watch = _Watch(snapshot)
     paths = [Path(p) for p in paths]
-    with tqdm(total=len(paths), desc="Grading", unit="notebook", file=sys.stderr, disable=not progress) as bar:
+    with ProgressBar(len(paths), "Grading", enabled=progress) as bar:
         def one(path: Path) -> NotebookReport:
             report = grade_notebook(path, timeout, check_timeout, cell_timeout, snapshot, watch)
-            bar.set_postfix_str(path.name)
+            bar.set_note(path.name)
             bar.update()
             return report
 

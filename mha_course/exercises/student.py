@@ -42,7 +42,7 @@ import nbformat
 
 from . import jupyter_markdown
 from .framework import STUB_MESSAGE
-from .jupyter_markdown import SOLUTION_DIRECTIVES, BookIndex, Fence, Prose
+from .jupyter_markdown import SOLUTION_DIRECTIVES, BookIndex, Fence
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
