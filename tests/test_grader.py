@@ -25,11 +25,14 @@ import nbformat
 import pytest
 import torch
 
+from conftest import POSIX_GRADING
 from mha_course.__main__ import main
 from mha_course.exercises.definitions import defined_names, definitions
-from mha_course.exercises.grader import exercises_for, grade_notebook
+from mha_course.exercises.grader import (GradingUnavailableError, NotebookReport, exercises_for, format_report,
+                                         grade, grade_notebook)
 from mha_course.exercises.kernel_side import _plain, to_record
 from mha_course.exercises.package_files import PackageSnapshot
+from mha_course.exercises.report import score
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = Path(__file__).parent / "notebooks"
@@ -62,10 +65,10 @@ def graded(tmp_path_factory):
         returncode = main(["grade", *map(str, paths), "--json", str(out), "--timeout", "300", "--cell-timeout", "8",
                            "--check-timeout", "4", "--jobs", "2"])
     proc = SimpleNamespace(returncode=returncode, stdout=stdout.getvalue(), stderr=stderr.getvalue())
-    scores = json.loads(out.read_text()) if out.exists() else None
+    scores = json.loads(out.read_text(encoding="utf-8")) if out.exists() else None
     by_name = {Path(n["notebook"]).name: n for n in scores["notebooks"]} if scores else {}
     return SimpleNamespace(proc=proc, scores=scores, by_name=by_name, before=before, listing=listing,
-                           package_changed=package.changed())
+                           package_changed=package.changed(), out=out)
 
 
 def _statuses(notebook: dict) -> dict[str, str]:
@@ -76,16 +79,21 @@ def _line(notebook: dict, exercise_id: str) -> str:
     return next(e["line"] for e in notebook["exercises"] if e["id"] == exercise_id)
 
 
+@POSIX_GRADING
 def test_command_succeeds_with_table_json_and_progress_bar(graded):
     assert graded.proc.returncode == 0, graded.proc.stderr
     out = graded.proc.stdout
-    assert "exercise result" in out and "Total: 7/20 exercises passed in 7 notebook(s)" in out
+    # The table printed is the one the JSON's reports make, then where the JSON went.
+    reports = [NotebookReport.from_dict(n) for n in graded.scores["notebooks"]]
+    assert out == format_report(reports) + f"\nScores written to {graded.out}\n"
+    assert "Total: 7/20 exercises passed in 7 notebook(s)" in out
     assert "Grading" in graded.proc.stderr and "7/7" in graded.proc.stderr  # the progress line
     assert "Task exception" not in graded.proc.stderr  # nbclient's reader of an interrupted cell stays quiet
     assert graded.scores["score"] == 7 and graded.scores["max_score"] == 20
     assert [Path(n["notebook"]).name for n in graded.scores["notebooks"]] == [*SHARED, "05_why_several_heads.ipynb"]
 
 
+@POSIX_GRADING
 def test_learners_files_and_the_package_are_untouched(graded):
     for path, content in graded.before.items():
         assert path.read_bytes() == content
@@ -93,6 +101,7 @@ def test_learners_files_and_the_package_are_untouched(graded):
     assert graded.package_changed == []
 
 
+@POSIX_GRADING
 def test_a_cell_that_raises_is_reported_by_its_first_line_and_the_rest_still_counts(graded):
     notebook = graded.by_name["raises.ipynb"]
     assert _statuses(notebook) == {"1.1": "passed", "1.2": "failed", "1.3": "not implemented"}
@@ -105,6 +114,7 @@ def test_a_cell_that_raises_is_reported_by_its_first_line_and_the_rest_still_cou
     assert notebook["score"] == 1 and notebook["max_score"] == 3
 
 
+@POSIX_GRADING
 def test_tampering_cannot_fake_a_pass(graded):
     notebook = graded.by_name["tampers.ipynb"]
     # The wrong mask fails although the notebook redefined check, printed a pass, monkeypatched
@@ -121,6 +131,7 @@ def test_tampering_cannot_fake_a_pass(graded):
                for e in notebook["events"])
 
 
+@POSIX_GRADING
 def test_patching_torch_save_forges_nothing(graded):
     notebook = graded.by_name["patches_save.ipynb"]
     # Untouched stubs stay not implemented; the stub that patches torch.save when it is called is
@@ -131,6 +142,7 @@ def test_patching_torch_save_forges_nothing(graded):
     assert not any("printed" in event for event in notebook["events"])  # it printed ○ and was told ○
 
 
+@POSIX_GRADING
 def test_a_kernel_that_dies_is_blamed_on_its_cell_and_answers_before_it_count(graded):
     notebook = graded.by_name["exits.ipynb"]
     assert _statuses(notebook) == {"1.1": "passed", "1.2": "missing", "1.3": "missing"}
@@ -138,6 +150,7 @@ def test_a_kernel_that_dies_is_blamed_on_its_cell_and_answers_before_it_count(gr
     assert "the kernel died while running cell 4 (`import os`)" in graded.proc.stdout
 
 
+@POSIX_GRADING
 def test_exit_is_blamed_on_the_cell_that_called_it(graded):
     notebook = graded.by_name["calls_exit.ipynb"]
     # The right answer before exit() passes; the one after it never ran, and says why.
@@ -152,6 +165,7 @@ def test_exit_is_blamed_on_the_cell_that_called_it(graded):
     assert notebook["score"] == 1
 
 
+@POSIX_GRADING
 def test_a_cell_that_never_ends_is_interrupted_and_the_notebook_goes_on(graded):
     notebook = graded.by_name["hangs.ipynb"]
     # 1.1 was defined before the endless cell; the answer to 1.2 never returns when called;
@@ -163,6 +177,7 @@ def test_a_cell_that_never_ends_is_interrupted_and_the_notebook_goes_on(graded):
     assert notebook["seconds"] < 120
 
 
+@POSIX_GRADING
 def test_a_chapter_5_notebook_is_graded_by_name_and_a_stale_verdict_is_reported(graded):
     notebook = graded.by_name["05_why_several_heads.ipynb"]
     assert _statuses(notebook) == {"5.1": "passed", "5.2": "failed"}
@@ -172,6 +187,7 @@ def test_a_chapter_5_notebook_is_graded_by_name_and_a_stale_verdict_is_reported(
     assert event.startswith("5.1: the notebook printed no pass (✗ 5.1") and event.endswith("says passed")
 
 
+@POSIX_GRADING
 def test_a_notebook_that_edits_the_package_is_not_scored_and_the_next_notebook_is_unaffected(tmp_path):
     # The grader runs from a copy of the package, in a process of its own, so the notebook's edit
     # reaches that copy and never the repository's files.
@@ -184,7 +200,7 @@ def test_a_notebook_that_edits_the_package_is_not_scored_and_the_next_notebook_i
                            str(NOTEBOOKS / "untouched.ipynb"), "--json", str(out), "--jobs", "1"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    edits, untouched = json.loads(out.read_text())["notebooks"]
+    edits, untouched = json.loads(out.read_text(encoding="utf-8"))["notebooks"]
     assert edits["score"] == 0 and set(_statuses(edits).values()) == {"not scored"}
     assert edits["events"] == ["not scored: the notebook changed the package's files (exercises/kernel_side.py); "
                                "the installed ones were written back"]
@@ -220,19 +236,19 @@ def test_records_cross_the_process_boundary_unchanged():
 def test_the_package_snapshot_finds_and_writes_back_edits(tmp_path):
     package = tmp_path / "mha_course"
     (package / "exercises").mkdir(parents=True)
-    (package / "__init__.py").write_text("X = 1\n")
-    (package / "exercises" / "checks.py").write_text("OK = True\n")
+    (package / "__init__.py").write_text("X = 1\n", encoding="utf-8")
+    (package / "exercises" / "checks.py").write_text("OK = True\n", encoding="utf-8")
     snapshot = PackageSnapshot(package)
-    (package / "exercises" / "checks.py").write_text("OK = False\n")
-    (package / "extra.py").write_text("")
+    (package / "exercises" / "checks.py").write_text("OK = False\n", encoding="utf-8")
+    (package / "extra.py").write_text("", encoding="utf-8")
     (package / "__pycache__").mkdir()
     (package / "__pycache__" / "checks.cpython-311.pyc").write_bytes(b"forged")  # not counted, but deleted
     assert snapshot.changed() == ["exercises/checks.py", "extra.py"]
     snapshot.restore()
-    assert snapshot.changed() == [] and (package / "exercises" / "checks.py").read_text() == "OK = True\n"
+    assert snapshot.changed() == [] and (package / "exercises" / "checks.py").read_text(encoding="utf-8") == "OK = True\n"
     assert not (package / "extra.py").exists() and not (package / "__pycache__" / "checks.cpython-311.pyc").exists()
     copy = snapshot.write_copy(tmp_path / "copy")
-    (copy / "mha_course" / "__init__.py").write_text("X = 2\n")
+    (copy / "mha_course" / "__init__.py").write_text("X = 2\n", encoding="utf-8")
     assert snapshot.changed_in(copy) == ["__init__.py"] and snapshot.changed() == []
 
 
@@ -245,6 +261,7 @@ def test_exercises_are_found_by_check_calls_and_chapter_file_names(tmp_path):
     assert exercises_for(empty, tmp_path / "notes.ipynb") == []
 
 
+@POSIX_GRADING
 def test_missing_notebook_and_bad_limits_are_usage_errors(capsys, tmp_path):
     assert main(["grade", str(tmp_path / "nope.ipynb")]) == 2
     assert "No such notebook" in capsys.readouterr().err
@@ -256,8 +273,52 @@ def test_missing_notebook_and_bad_limits_are_usage_errors(capsys, tmp_path):
     assert "--jobs must be at least 1, got 0" in capsys.readouterr().err
 
 
+@POSIX_GRADING
 def test_an_unreadable_notebook_is_reported_not_raised(tmp_path):
     broken = tmp_path / "01_broken.ipynb"
-    broken.write_text("{ this is not json")
+    broken.write_text("{ this is not json", encoding="utf-8")
     report = grade_notebook(broken)
     assert report.exercises == [] and report.events[0].startswith("could not read the notebook")
+
+
+def test_the_report_is_a_table_per_notebook_then_the_failures_the_events_and_the_total():
+    mine = NotebookReport("student/01_mine.ipynb", [
+        score("1.1", "passed", "✓ 1.1 passed (5 checks)", 5),
+        score("1.2", "failed", "✗ 1.2: causal: expected 0, got 1.", 2),
+        score("1.3", "not implemented", "○ 1.3 not implemented yet"),
+    ], ["cell 7 (`ratio = 1 / 0`) raised ZeroDivisionError: division by zero"])
+    broken = NotebookReport("student/notes.ipynb", [], ["could not read the notebook: NotJSONError: bad"])
+    assert format_report([mine, broken]).splitlines() == [
+        "student/01_mine.ipynb: 1/3 exercises passed",
+        "exercise  result           checks  title",
+        "--------  ---------------  ------  -------------------------------",
+        "1.1       passed              5/5  build the causal mask",
+        "1.2       failed              2/7  one causal head's forward pass",
+        "1.3       not implemented     0/5  which positions a token may see",
+        "✗ 1.2: causal: expected 0, got 1.",
+        "○ 1.3 not implemented yet",
+        "! cell 7 (`ratio = 1 / 0`) raised ZeroDivisionError: division by zero",
+        "",
+        "student/notes.ipynb: 0/0 exercises passed",
+        "! could not read the notebook: NotJSONError: bad",
+        "",
+        "Total: 1/3 exercises passed in 2 notebook(s)",
+    ]
+
+
+def test_without_the_posix_pieces_grading_stops_at_once_with_a_clear_message(monkeypatch, capsys, tmp_path):
+    # What Windows lacks: os.fork (processes there do not fork), hence subprocess's pass_fds and
+    # select on pipes, which the answer process needs.
+    monkeypatch.delattr(os, "fork", raising=False)
+    notebook = NOTEBOOKS / "raises.ipynb"
+    for argv in (["grade", str(notebook)], ["progress", str(tmp_path)]):
+        assert main(argv) == 1
+        captured = capsys.readouterr()
+        assert captured.out == "" and "Traceback" not in captured.err
+        assert captured.err.startswith(f"error: grading cannot run on this platform ({sys.platform}): it lacks os.fork")
+        for words in ("pass_fds", "select", "Linux or macOS", "WSL"):
+            assert words in captured.err
+    with pytest.raises(GradingUnavailableError, match="grade on Linux or macOS, or on Windows in WSL"):
+        grade([notebook], progress=False)
+    with pytest.raises(GradingUnavailableError, match="it lacks os.fork"):
+        grade_notebook(notebook)

@@ -11,6 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from conftest import POSIX_GRADING
 from mha_course.__main__ import main
 from mha_course.exercises import EXERCISES, grader
 from mha_course.exercises import progress as progress_module
@@ -25,7 +26,7 @@ def folder(tmp_path_factory):
     """A learner's folder: chapter 1 half done (raises.ipynb: one pass, one failure, one stub)."""
     folder = tmp_path_factory.mktemp("student")
     shutil.copyfile(NOTEBOOKS / "raises.ipynb", folder / "01_one_causal_head.ipynb")
-    (folder / "notes.ipynb").write_text("not a chapter")
+    (folder / "notes.ipynb").write_text("not a chapter", encoding="utf-8")
     return folder
 
 
@@ -38,6 +39,7 @@ def _states(chapter) -> dict[str, str]:
     return {e.id: e.state for e in chapter.exercises}
 
 
+@POSIX_GRADING
 def test_every_chapter_is_listed_with_its_exercises(first):
     assert [c.chapter for c in first] == CHAPTERS
     one = first[0]
@@ -49,6 +51,7 @@ def test_every_chapter_is_listed_with_its_exercises(first):
         assert chapter.notebook is None and set(_states(chapter).values()) == {"not started"}
 
 
+@POSIX_GRADING
 def test_an_unchanged_notebook_is_not_graded_again(folder, first, monkeypatch, capsys):
     graded = []
     monkeypatch.setattr(progress_module, "grade", lambda paths, *args, **kwargs: graded.extend(paths) or [])
@@ -56,14 +59,21 @@ def test_an_unchanged_notebook_is_not_graded_again(folder, first, monkeypatch, c
     assert graded == []
     out = capsys.readouterr().out
     assert "Chapter 1: 1 of 3 passed - 01_one_causal_head.ipynb (unchanged since it was last graded)" in out
-    assert "  1.2   failed         2/7 checks  one causal head's forward pass" in out
+    chapter_1 = out.split("\n\n")[0].splitlines()
+    assert chapter_1[1:6] == ["exercise  state        checks  title",
+                              "--------  -----------  ------  -------------------------------",
+                              "1.1       passed          5/5  build the causal mask",
+                              "1.2       failed          2/7  one causal head's forward pass",
+                              "1.3       not started     0/5  which positions a token may see"]
+    assert chapter_1[6].startswith("✗ 1.2: ") and len(chapter_1) == 7  # the failure, under the table
     assert f"Chapter 2: 0 of 3 passed - no notebook for it in {folder}/" in out
     total = len(EXERCISES)
     assert out.rstrip().endswith(f"1 of {total} exercises passed, 1 failed, {total - 2} not started.")
 
 
+@POSIX_GRADING
 def test_a_changed_notebook_or_package_is_graded_again(folder, first, monkeypatch):
-    cache = json.loads((folder / CACHE_NAME).read_text())
+    cache = json.loads((folder / CACHE_NAME).read_text(encoding="utf-8"))
     assert set(cache["notebooks"]) == {"01_one_causal_head.ipynb"}
     graded = []
 
@@ -80,7 +90,7 @@ def test_a_changed_notebook_or_package_is_graded_again(folder, first, monkeypatc
     assert graded == ["01_one_causal_head.ipynb"]
     # A cache written by another version of the package is ignored.
     cache["package"] = "0.0.0+other"
-    (folder / CACHE_NAME).write_text(json.dumps(cache))
+    (folder / CACHE_NAME).write_text(json.dumps(cache), encoding="utf-8")
     graded.clear()
     progress(folder, show_bar=False)
     assert graded == ["01_one_causal_head.ipynb"]
@@ -88,11 +98,12 @@ def test_a_changed_notebook_or_package_is_graded_again(folder, first, monkeypatc
 
 def test_chapter_notebooks_are_found_by_number(tmp_path):
     for name in ("02_mine.ipynb", "01_a.ipynb", "1_b.ipynb", "notes.ipynb", "10_later.ipynb"):
-        (tmp_path / name).write_text("{}")
+        (tmp_path / name).write_text("{}", encoding="utf-8")
     assert {n: p.name for n, p in chapter_notebooks(tmp_path).items()} == {1: "01_a.ipynb", 2: "02_mine.ipynb",
                                                                            10: "10_later.ipynb"}
 
 
+@POSIX_GRADING
 def test_a_missing_folder_is_a_usage_error(tmp_path, capsys):
     assert main(["progress", str(tmp_path / "nope")]) == 2
     assert "No such folder" in capsys.readouterr().err

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .grading_setup import CELL_TIMEOUT, CHECK_TIMEOUT, NOTEBOOK_TIMEOUT
+
 
 def add_student_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("notebooks", nargs="*", type=Path, metavar="NOTEBOOK",
@@ -30,12 +32,13 @@ def add_grade_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_limit_arguments(parser: argparse.ArgumentParser, jobs: int) -> None:
     """The grader's time limits and parallelism (``grade`` and ``progress``)."""
-    parser.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
-                        help="how long each notebook may run before it is stopped (default: 120)")
-    parser.add_argument("--cell-timeout", type=float, default=30.0, metavar="SECONDS",
-                        help="how long one cell may run before it is interrupted (default: 30)")
-    parser.add_argument("--check-timeout", type=float, default=30.0, metavar="SECONDS",
-                        help="how long the answer to one exercise may run while being checked (default: 30)")
+    parser.add_argument("--timeout", type=float, default=NOTEBOOK_TIMEOUT, metavar="SECONDS",
+                        help=f"how long each notebook may run before it is stopped (default: {NOTEBOOK_TIMEOUT:g})")
+    parser.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT, metavar="SECONDS",
+                        help=f"how long one cell may run before it is interrupted (default: {CELL_TIMEOUT:g})")
+    parser.add_argument("--check-timeout", type=float, default=CHECK_TIMEOUT, metavar="SECONDS",
+                        help=f"how long the answer to one exercise may run while being checked (default: "
+                             f"{CHECK_TIMEOUT:g})")
     parser.add_argument("--jobs", type=int, default=jobs, metavar="N",
                         help=f"notebooks graded at the same time (default: {jobs}); with more than one, an edit to "
                              "the package's files withholds the score of every notebook running when it is found")

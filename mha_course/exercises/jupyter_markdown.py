@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from .notebook_files import in_tool_folder
+
 # ``{name} argument`` in a fence's info string.
 _DIRECTIVE_INFO = re.compile(r"^\{([\w:.-]+)\}\s*(.*)$")
 # ``{name}`text``` (a role), not inside a code span that starts just before it.
@@ -165,7 +167,7 @@ def book_index(folder: Path) -> BookIndex:
     """The labels and document titles of every Markdown page and notebook under ``folder``."""
     index = BookIndex()
     for path in sorted(folder.rglob("*")):
-        if any(part in (".ipynb_checkpoints", "_build") for part in path.parts):
+        if in_tool_folder(path.relative_to(folder)):
             continue
         doc = path.relative_to(folder).with_suffix("").as_posix()
         if path.suffix == ".md":

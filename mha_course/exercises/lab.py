@@ -6,7 +6,8 @@
    notebooks that are not there yet, and the ``data/`` files they read: a notebook already in the
    folder is the learner's work and is never overwritten;
 2. replaces itself with ``jupyter lab`` serving that folder (``--no-browser`` and ``--port`` are
-   passed on, as is everything after ``--``).
+   passed on, as is everything after ``--``); on Windows, where a process cannot replace itself,
+   it runs ``jupyter lab`` and waits for it.
 
 The notebooks in ``book/`` hold the solutions: they are the instructor's copy.
 
@@ -20,10 +21,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import subprocess
 import sys
 from pathlib import Path
 
-from .student import SolutionMarkerError, default_notebooks, write_student_edition
+from .notebook_files import default_notebooks
+from .student import SolutionMarkerError, write_student_edition
 
 #: The JupyterLab the course pins in requirements.txt.
 JUPYTERLAB_PIN = "jupyterlab==4.6.6"
@@ -75,6 +78,8 @@ def main(args: argparse.Namespace) -> int:
     extra = args.jupyter_args[1:] if args.jupyter_args[:1] == ["--"] else args.jupyter_args
     command = jupyter_command(args.out, args.no_browser, args.port, extra)
     print(f"Starting JupyterLab on {args.out}/ (stop it with Ctrl+C) ...", flush=True)
+    if os.name != "posix":  # Windows' execv starts a new process and ends this one, detached from the console
+        return subprocess.call(command)
     os.execv(command[0], command)
     return 0  # not reached: exec replaces this process
 

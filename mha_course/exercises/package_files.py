@@ -14,6 +14,9 @@ and, as the edit stays, every notebook graded after it. The grader therefore
   new or differ are deleted, so a forged one is never loaded, without counting against the notebook:
   any Python importing the package for the first time writes them, and Python recompiles them.
 
+Notebooks graded at the same time share an :class:`EditWatch`, so that an edit found while one of
+them runs withholds the score of every notebook that was running then.
+
 Example:
     >>> import tempfile
     >>> snapshot = PackageSnapshot()
@@ -26,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import threading
 from pathlib import Path
 
 import mha_course
@@ -90,4 +94,40 @@ class PackageSnapshot:
                 path.unlink()
 
 
-__all__ = ["PackageSnapshot"]
+class EditWatch:
+    """Notebooks being graded at the same time, so that an edit to the installed package found by
+    one of them withholds the score of every notebook that was running when it was found."""
+
+    def __init__(self, snapshot: PackageSnapshot):
+        self.snapshot = snapshot
+        self.lock = threading.Lock()
+        self.running: dict[int, list[str]] = {}
+
+    def start(self) -> int:
+        """A key for a notebook that starts running now."""
+        with self.lock:
+            key = max(self.running, default=0) + 1
+            while key in self.running:
+                key += 1
+            self.running[key] = []
+            return key
+
+    def check(self, key: int) -> list[str]:
+        """The installed files changed while ``key`` ran (then written back); ``[]`` if none."""
+        with self.lock:
+            changed = self.snapshot.changed()
+            self.snapshot.restore()  # also deletes compiled files that are new or differ
+            if changed:
+                for others in self.running.values():
+                    others.extend(name for name in changed if name not in others)
+            return list(self.running[key])
+
+    def finish(self, key: int) -> list[str]:
+        """:meth:`check` a last time, for a notebook that has finished."""
+        found = self.check(key)
+        with self.lock:
+            del self.running[key]
+        return found
+
+
+__all__ = ["PackageSnapshot", "EditWatch"]

@@ -19,21 +19,23 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import mha_course
 
+from ..tables import Table
 from . import EXERCISES
 from .framework import NOT_IMPLEMENTED, PASSED
-from .grader import CELL_TIMEOUT, CHECK_TIMEOUT, NOTEBOOK_TIMEOUT, NotebookReport, grade
+from .grader import grade
+from .grading_setup import CELL_TIMEOUT, CHECK_TIMEOUT, NOTEBOOK_TIMEOUT, limit_errors, platform_problem
+from .notebook_files import chapter_notebooks
 from .package_files import PackageSnapshot
+from .report import NotebookReport
 
 CACHE_NAME = ".mha_course_progress.json"
 NOT_STARTED = "not started"
-_CHAPTER_FILE = re.compile(r"^(\d+)_.*\.ipynb$")
 
 
 @dataclass
@@ -54,16 +56,6 @@ class ChapterProgress:
     notebook: str | None  # the file name, or None when the folder has no notebook for the chapter
     exercises: list[ExerciseProgress]
     reused: bool = False  # the last grading was reused (the notebook has not changed)
-
-
-def chapter_notebooks(folder: Path) -> dict[int, Path]:
-    """The folder's notebook for each chapter, by the number its name starts with (first one wins)."""
-    found: dict[int, Path] = {}
-    for path in sorted(folder.glob("*.ipynb")):
-        match = _CHAPTER_FILE.match(path.name)
-        if match:
-            found.setdefault(int(match.group(1)), path)
-    return found
 
 
 def _state(status: str) -> str:
@@ -134,42 +126,53 @@ def progress(folder: Path, timeout: float = NOTEBOOK_TIMEOUT, cell_timeout: floa
     return result
 
 
+def chapter_table(chapter: ChapterProgress, folder: Path) -> Table:
+    """One chapter's standing: a row per exercise, then the line of each exercise that failed.
+
+    Example:
+        >>> chapter = ChapterProgress(1, None, [ExerciseProgress("1.1", "build the causal mask", NOT_STARTED, 0, 5)])
+        >>> print(chapter_table(chapter, Path("student")))
+        Chapter 1: 0 of 1 passed - no notebook for it in student/
+        exercise  state        checks  title
+        --------  -----------  ------  ---------------------
+        1.1       not started     0/5  build the causal mask
+    """
+    passed = sum(e.state == PASSED for e in chapter.exercises)
+    where = (f"{chapter.notebook}" + (" (unchanged since it was last graded)" if chapter.reused else "")
+             if chapter.notebook else f"no notebook for it in {folder}/")
+    rows = [[e.id, e.state, f"{e.checks_passed}/{e.checks_total}", e.title] for e in chapter.exercises]
+    return Table(["exercise", "state", "checks", "title"], rows, align={"checks": "right"},
+                 title=f"Chapter {chapter.chapter}: {passed} of {len(chapter.exercises)} passed - {where}",
+                 notes=[e.line for e in chapter.exercises if e.line])
+
+
 def format_progress(chapters: list[ChapterProgress], folder: Path) -> str:
-    """The table ``python -m mha_course progress`` prints."""
-    lines = []
-    for chapter in chapters:
-        passed = sum(e.state == PASSED for e in chapter.exercises)
-        where = (f"{chapter.notebook}" + (" (unchanged since it was last graded)" if chapter.reused else "")
-                 if chapter.notebook else f"no notebook for it in {folder}/")
-        lines.append(f"Chapter {chapter.chapter}: {passed} of {len(chapter.exercises)} passed - {where}")
-        for e in chapter.exercises:
-            checks = f"{e.checks_passed}/{e.checks_total} checks"
-            lines.append(f"  {e.id:<6}{e.state:<13}{checks:>12}  {e.title}")
-            if e.line:
-                lines.append(f"        {e.line}")
-        lines.append("")
+    """What ``python -m mha_course progress`` prints: a :func:`chapter_table` per chapter, then the counts."""
     every = [e for chapter in chapters for e in chapter.exercises]
     counts = {state: sum(e.state == state for e in every) for state in (PASSED, "failed", NOT_STARTED)}
-    lines.append(f"{counts[PASSED]} of {len(every)} exercises passed, {counts['failed']} failed, "
-                 f"{counts[NOT_STARTED]} not started.")
-    return "\n".join(lines)
+    total = (f"{counts[PASSED]} of {len(every)} exercises passed, {counts['failed']} failed, "
+             f"{counts[NOT_STARTED]} not started.")
+    return "\n\n".join([*(str(chapter_table(chapter, folder)) for chapter in chapters), total])
 
 
 def main(args: argparse.Namespace) -> int:
+    problem = platform_problem()
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
     folder = args.folder
     if not folder.is_dir():
         print(f"No such folder: {folder}. `make lab` (or `python -m mha_course student`) writes the student "
               "edition into student/; name another folder as `python -m mha_course progress FOLDER`.", file=sys.stderr)
         return 2
-    limits = {"--timeout": args.timeout, "--cell-timeout": args.cell_timeout, "--check-timeout": args.check_timeout}
-    bad = [f"{flag} must be a positive number of seconds, got {value:g}" for flag, value in limits.items() if not value > 0]
-    if bad or args.jobs < 1:
-        print(", ".join(bad) or f"--jobs must be at least 1, got {args.jobs}", file=sys.stderr)
+    errors = limit_errors(args)
+    if errors:
+        print(", ".join(errors), file=sys.stderr)
         return 2
     chapters = progress(folder, args.timeout, args.cell_timeout, args.check_timeout, args.jobs)
     print(format_progress(chapters, folder))
     return 0
 
 
-__all__ = ["progress", "format_progress", "chapter_notebooks", "ChapterProgress", "ExerciseProgress", "CACHE_NAME",
-           "NOT_STARTED"]
+__all__ = ["progress", "format_progress", "chapter_table", "chapter_notebooks", "ChapterProgress", "ExerciseProgress",
+           "CACHE_NAME", "NOT_STARTED"]

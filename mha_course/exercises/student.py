@@ -43,13 +43,11 @@ import nbformat
 from . import jupyter_markdown
 from .framework import STUB_MESSAGE
 from .jupyter_markdown import SOLUTION_DIRECTIVES, BookIndex, Fence
+from .notebook_files import DATA_FOLDER, data_files, default_notebooks, in_tool_folder
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
 STUB_COMMENT = "# YOUR CODE HERE"
-
-#: The folder next to the chapters that holds the data they read (benchmark results, ...).
-DATA_FOLDER = "data"
 
 
 class SolutionMarkerError(ValueError):
@@ -237,10 +235,8 @@ def _data_files(notebooks: list[Path], out: Path) -> dict[Path, Path]:
     """The files of the ``data/`` folders next to the source notebooks, and where they go in ``out``."""
     files: dict[Path, Path] = {}
     for folder in sorted({path.parent for path in notebooks}):
-        data = folder / DATA_FOLDER
-        for path in sorted(data.rglob("*")) if data.is_dir() else []:
-            if path.is_file() and not any(part.startswith(".") or part == "__pycache__" for part in path.parts):
-                files.setdefault(path, out / DATA_FOLDER / path.relative_to(data))
+        for relative, path in data_files(folder).items():
+            files.setdefault(path, out / DATA_FOLDER / relative)
     return files
 
 
@@ -269,8 +265,7 @@ def write_student_edition(notebooks: list[Path], out: Path, force: bool = False,
         for name in ("_config.yml", "_toc.yml", *sorted(p.name for p in root.glob("*.bib"))):
             extra[root / name] = out / name
         for path in sorted((root / "book").rglob("*")):
-            if path.is_file() and path.suffix != ".ipynb" and not any(
-                    part in (".ipynb_checkpoints", "__pycache__", "_build") for part in path.parts):
+            if path.is_file() and path.suffix != ".ipynb" and not in_tool_folder(path.relative_to(root)):
                 extra[path] = out / path.relative_to(root)
     data = {} if book else _data_files(notebooks, out)
     existing = [t for t in [*targets.values(), *extra.values()] if t.exists()]
@@ -299,11 +294,6 @@ def write_student_edition(notebooks: list[Path], out: Path, force: bool = False,
         nbformat.write(notebook, target)
         written.append(target)
     return written
-
-
-def default_notebooks(root: Path = Path(".")) -> list[Path]:
-    """Every notebook of the book: ``root/book/**/*.ipynb``."""
-    return sorted(p for p in (root / "book").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 
 
 def main(args: argparse.Namespace) -> int:
