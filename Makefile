@@ -1,6 +1,7 @@
 # The course's two commands:
 #   make book   build the HTML book into _build/html (creates .venv and installs everything on first use)
-#   make test   run every test: the book build (warnings are errors), package tests, strict nbval on every chapter
+#   make test   run every test: the linter, the book build (warnings are errors), package tests, strict nbval on every chapter
+#   make lab    start learning: JupyterLab on the chapters without solutions, in student/
 # Needs only Python 3.11+ and make.
 
 PYTHON ?= python3
@@ -25,14 +26,19 @@ book: $(STAMP)
 student: $(STAMP)
 	$(BIN)/python -m mha_course student
 
+# Start learning: write the student edition into student/ where a notebook is missing (your work
+# there is never overwritten) and open JupyterLab on it. LAB_ARGS="--port 8890 --no-browser" to change.
+lab: $(STAMP)
+	$(BIN)/python -m mha_course lab $(LAB_ARGS)
+
 # The same book without solutions: built from the student edition of the chapters.
 book-student: $(STAMP)
 	$(BIN)/python -m mha_course student --book --force --out _build/student-book
 	$(BIN)/jupyter-book build _build/student-book -W -n --keep-going
 	@echo "The book without solutions is in _build/student-book/_build/html: open book/intro.html there."
 
-# make test builds the book first (the browser tests read _build/html), rendering the notebooks'
-# stored outputs: the strict nbval run in pytest executes every chapter and compares. The browser
+# make test lints the code (ruff, rules in pyproject.toml), then builds the book (the browser tests
+# read _build/html), rendering the notebooks' stored outputs: the strict nbval run in pytest executes every chapter and compares. The browser
 # tests need chromium: as root (CI) it is installed when missing, otherwise they are skipped.
 test: $(STAMP)
 	@if command -v chromium >/dev/null 2>&1; then :; \
@@ -42,6 +48,7 @@ test: $(STAMP)
 	else \
 	  echo "chromium is not installed: the browser tests will be skipped. To run them: sudo apt-get install -y chromium"; \
 	fi
+	$(BIN)/ruff check .
 	MHA_COURSE_BOOK_EXECUTE=off $(BIN)/jupyter-book build . -W -n --keep-going
 	MHA_COURSE_REQUIRE_BOOK=1 $(BIN)/python -m pytest
 

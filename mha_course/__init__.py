@@ -10,7 +10,16 @@ teaching order:
   attention kernel (chapter 4).
 
 ``check("1.1", answer)`` grades a learner's answer to an exercise (see :mod:`mha_course.exercises`).
+
+Importing the package loads the core (the attention modules and what they share) and the example
+data, nothing else: the teaching aids (:mod:`~mha_course.cost`, :mod:`~mha_course.plots`,
+:mod:`~mha_course.compare`, ...) load when a chapter imports them, and the tools
+(:mod:`~mha_course.exercises`, :mod:`~mha_course.bench`, :mod:`~mha_course.experiments`) when they
+are used: ``check`` is imported on first use.
 """
+
+from typing import TYPE_CHECKING
+
 
 from .causal_attention import CausalAttention
 from .data import RUNNING_WORDS, THREE_TOKEN_LABELS, random_batch, running_example, three_token_example
@@ -23,7 +32,9 @@ from .kv_cache import KVCache
 from .masking import causal_mask, visibility
 from .multihead import MultiHeadAttention, transfer_weights
 from .wrapper import MultiHeadAttentionWrapper
-from .exercises import check  # noqa: E402  (the tools come after the core they check)
+
+if TYPE_CHECKING:
+    from .exercises import check
 
 __version__ = "0.1.0"
 
@@ -54,3 +65,18 @@ __all__ = [
     "torch_multihead_forward",
     "check",
 ]
+
+
+def __getattr__(name: str):
+    # `check` belongs to the tools (mha_course.exercises, with every chapter's catalogue of
+    # mistakes): imported on first use, so that `import mha_course` stays light.
+    if name == "check":
+        from .exercises import check
+
+        globals()["check"] = check
+        return check
+    raise AttributeError(f"module 'mha_course' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -10,114 +10,30 @@ number of heads in the two regimes the book keeps apart:
 
 Nothing here re-derives a cost: parameter counts are counted on the built modules (and agree with
 :func:`mha_course.cost.parameter_count`), multiply-adds come from :func:`mha_course.cost.multiply_adds`,
-score memory from :func:`mha_course.cost.score_memory_bytes`, and times from
-:func:`mha_course.timing.measure`. A teaching aid: it imports the core and the other aids only.
+score memory from :func:`mha_course.cost.score_memory_bytes`, and times from the course's one timing
+policy, :func:`mha_course.timing.time_interleaved`. The sweeps build the implementations of
+:mod:`mha_course.implementations` by their registry names, and every table is a
+:class:`mha_course.tables.Table`. A teaching aid: it imports the core and the other aids only.
 """
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, replace
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import torch
 from torch import nn
 
 from ._validation import check_divisible, check_input, check_positive_int
 from .causal_attention import CausalAttention
-from .cost import count_parameters, multiply_adds, score_memory_bytes
+from .cost import (HEAD_WIDTH_FIXED, MODEL_WIDTH_FIXED, REGIME_LABELS, REGIMES, check_regime, count_parameters,
+                   multiply_adds, score_memory_bytes)
+from .implementations import IMPLEMENTATIONS, build_implementations, check_names
 from .multihead import MultiHeadAttention
-from .timing import Timing, measure
+from .tables import Table
+from .timing import Timing, time_interleaved
 from .wrapper import MultiHeadAttentionWrapper
 
-#: The two ways of adding heads that the book measures.
-REGIMES = ("head_width_fixed", "model_width_fixed")
-
-#: The two multi-head implementations a sweep can build: stacked heads and batched heads.
-IMPLEMENTATIONS = ("wrapper", "batched")
-
-
-class Table:
-    """A small table that prints as aligned text and renders as HTML in a notebook.
-
-    Args:
-        columns: the column headings.
-        rows: one sequence of cells per row, in column order (numbers or strings).
-        title: an optional caption, printed above the table.
-        formats: format specs for some columns, e.g. ``{"ratio": ".2f"}``; other numbers print
-            with thousands separators (integers) or three significant digits (floats).
-
-    Example:
-        >>> print(Table(["heads", "parameters"], [[1, 18], [2, 36]]))
-        heads  parameters
-        -----  ----------
-            1          18
-            2          36
-    """
-
-    def __init__(self, columns: Sequence[str], rows: Iterable[Sequence], title: str | None = None,
-                 formats: Mapping[str, str] | None = None):
-        self.columns = list(columns)
-        self.rows = [list(row) for row in rows]
-        self.title = title
-        self.formats = {name: spec for name, spec in (formats or {}).items() if name in self.columns}
-        for number, row in enumerate(self.rows):
-            if len(row) != len(self.columns):
-                raise ValueError(
-                    f"row {number} has {len(row)} cells but the table has {len(self.columns)} columns "
-                    f"({', '.join(self.columns)}); give one cell per column."
-                )
-
-    def column(self, name: str) -> list:
-        """The cells of the column headed ``name``, top to bottom."""
-        if name not in self.columns:
-            raise KeyError(f"no column {name!r}; the columns are {', '.join(map(repr, self.columns))}.")
-        index = self.columns.index(name)
-        return [row[index] for row in self.rows]
-
-    @staticmethod
-    def _cell(value, spec: str | None = None) -> str:
-        if spec is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return format(value, spec)
-        if isinstance(value, bool):
-            return str(value)
-        if isinstance(value, int):
-            return f"{value:,}"
-        if isinstance(value, float):
-            return f"{value:.3g}" if abs(value) < 1e4 else f"{value:,.0f}"
-        return str(value)
-
-    def _text_cells(self) -> list[list[str]]:
-        specs = [self.formats.get(name) for name in self.columns]
-        return [[self._cell(value, spec) for value, spec in zip(row, specs)] for row in self.rows]
-
-    def __str__(self) -> str:
-        cells = self._text_cells()
-        widths = [max([len(heading)] + [len(row[i]) for row in cells]) for i, heading in enumerate(self.columns)]
-        numeric = [all(isinstance(row[i], (int, float)) for row in self.rows) for i in range(len(self.columns))]
-
-        def line(values):
-            return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)).rstrip()
-
-        out = [self.title] if self.title else []
-        out += [line(self.columns), line(["-" * w for w in widths])]
-        out += [line(row) for row in cells]
-        return "\n".join(out)
-
-    __repr__ = __str__
-
-    def _repr_html_(self) -> str:
-        numeric = [all(isinstance(row[i], (int, float)) for row in self.rows) for i in range(len(self.columns))]
-        align = ['style="text-align:right"' if num else 'style="text-align:left"' for num in numeric]
-        head = "".join(f"<th {a}>{html.escape(c)}</th>" for c, a in zip(self.columns, align))
-        body = "".join(
-            "<tr>" + "".join(f"<td {a}>{html.escape(v)}</td>" for v, a in zip(row, align)) + "</tr>"
-            for row in self._text_cells()
-        )
-        caption = f"<caption>{html.escape(self.title)}</caption>" if self.title else ""
-        # Wide tables scroll sideways instead of wrapping every cell onto several lines.
-        return (f'<div style="overflow-x:auto"><table class="table" style="font-size:0.8em; white-space:nowrap">'
-                f"{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
 
 
 def _kind(module: nn.Module) -> str:
@@ -159,32 +75,20 @@ def head_outputs(module: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
     if kind == "wrapper":
         check_input(x, module.d_in, module.context_length)
         return [head(x) for head in module.heads]
-    weights, values = module._weights_and_values(x)  # (B, h, T, T), (B, h, T, hd)
-    context = module.dropout(weights) @ values  # (B, h, T, hd)
-    return list(context.unbind(dim=1))  # h tensors of (B, T, hd)
+    # The merged heads are what the output projection receives: read them there, in the module's
+    # own forward pass, and cut them back into one slice of head_dim columns per head.
+    merged = []
+    hook = module.out_proj.register_forward_pre_hook(lambda _, args: merged.append(args[0]))
+    try:
+        module(x)
+    finally:
+        hook.remove()
+    return list(merged[0].split(module.head_dim, dim=-1))  # h tensors of (B, T, hd)
 
 
 @torch.no_grad()
 def _forward_no_grad(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return module(x)
-
-
-def _time_interleaved(calls: Sequence[tuple], rounds: int, min_run_time: float,
-                      num_threads: int | None) -> list[Timing]:
-    """Time every ``(fn, *args)`` in ``calls``, round-robin, keeping each call's fastest median.
-
-    On a shared machine another process can slow one measurement down; it never speeds one up.
-    Measuring all calls in turn, several times over, and keeping the fastest median of each makes
-    a burst of outside load hit every call alike instead of one of them, so the ratios hold.
-    """
-    rounds = check_positive_int("rounds", rounds)
-    best: list[Timing | None] = [None] * len(calls)
-    for _ in range(rounds):
-        for i, (fn, *args) in enumerate(calls):
-            timing = measure(fn, *args, min_run_time=min_run_time, num_threads=num_threads)
-            if best[i] is None or timing.median < best[i].median:
-                best[i] = timing
-    return best
 
 
 def _weight_matrices(module: nn.Module) -> tuple[tuple[int, ...], ...]:
@@ -208,7 +112,7 @@ class ModuleReport:
 
 
 def describe_module(module: nn.Module, x: torch.Tensor, name: str | None = None,
-                    measure_time: bool = True, min_run_time: float = 0.2, rounds: int = 1,
+                    measure_time: bool = True, min_run_time: float = 0.2, rounds: int = 3,
                     num_threads: int | None = 1) -> ModuleReport:
     """Report a module's weights, outputs and cost on input ``x``.
 
@@ -217,9 +121,9 @@ def describe_module(module: nn.Module, x: torch.Tensor, name: str | None = None,
         x: input of shape ``(batch, num_tokens, d_in)``.
         name: the label for the report (default: the class name).
         measure_time: whether to time the forward pass (no autograd) with
-            :func:`mha_course.timing.measure`.
-        min_run_time: seconds to keep timing for, per round.
-        rounds: how many times to time it; the fastest median is kept.
+            :func:`mha_course.timing.time_interleaved`.
+        min_run_time: seconds to keep timing for, over all rounds.
+        rounds: how many times to time it; the median over the rounds is kept.
         num_threads: torch threads while timing; one thread by default, because a single
             thread is far less disturbed by other work on a shared machine than two that must
             wait for each other (``None``: torch's current setting).
@@ -245,9 +149,15 @@ def describe_module(module: nn.Module, x: torch.Tensor, name: str | None = None,
         head_output_shapes=tuple(tuple(z.shape) for z in zs),
         output_shape=tuple(output.shape),
         multiply_adds=multiply_adds(kind, batch, num_tokens, d_in, module.d_out, num_heads).total,
-        time=(_time_interleaved([(_forward_no_grad, module, x)], rounds, min_run_time, num_threads)[0]
-              if measure_time else None),
+        time=_time_modules({"module": module}, x, rounds, min_run_time, num_threads)["module"] if measure_time else None,
     )
+
+
+def _time_modules(modules: Mapping[str, nn.Module], x: torch.Tensor, rounds: int, min_run_time: float,
+                  num_threads: int | None) -> dict[str, Timing]:
+    """Forward passes without autograd, timed by the course's policy (interleaved rounds, median)."""
+    calls = {name: (lambda m=module: _forward_no_grad(m, x)) for name, module in modules.items()}
+    return time_interleaved(calls, rounds=rounds, min_run_time=min_run_time, num_threads=num_threads)
 
 
 def _shape(shape: tuple[int, ...]) -> str:
@@ -261,14 +171,14 @@ def _count_shapes(shapes: Sequence[tuple[int, ...]]) -> str:
 
 
 def compare_modules(modules: Mapping[str, nn.Module], x: torch.Tensor, measure_time: bool = True,
-                    min_run_time: float = 0.05, rounds: int = 3, num_threads: int | None = 1) -> Table:
+                    min_run_time: float = 0.15, rounds: int = 3, num_threads: int | None = 1) -> Table:
     """One table comparing modules on weights, outputs and cost, all measured on input ``x``.
 
     Columns: heads, the module's weight matrices (count x shape, biases left out), parameters,
     each head's output ``Z_i``, the merged output ``Z``, multiply-adds of one forward pass, and,
-    when ``measure_time`` is true, the median forward time in milliseconds and its ratio to the
-    first module's time. The modules are timed in turn, ``rounds`` times over, in the same run,
-    keeping each one's fastest median (see :func:`describe_module` for ``num_threads``).
+    when ``measure_time`` is true, the median forward time and its ratio to the first module's
+    time. The modules are timed in turn, ``rounds`` times over, in the same run, by
+    :func:`mha_course.timing.time_interleaved` (see :func:`describe_module` for ``num_threads``).
 
     Example:
         >>> x = torch.rand(1, 3, 3)
@@ -281,29 +191,29 @@ def compare_modules(modules: Mapping[str, nn.Module], x: torch.Tensor, measure_t
         raise ValueError("modules is empty; pass a mapping such as {'one head': head, 'two heads': wrapper}.")
     reports = [describe_module(m, x, name, measure_time=False) for name, m in modules.items()]
     if measure_time:
-        calls = [(_forward_no_grad, m, x) for m in modules.values()]
-        timings = _time_interleaved(calls, rounds, min_run_time, num_threads)
-        reports = [replace(report, time=timing) for report, timing in zip(reports, timings)]
+        timings = _time_modules(modules, x, rounds, min_run_time, num_threads)
+        reports = [replace(report, time=timings[name]) for report, name in zip(reports, modules)]
     columns = ["module", "heads", "weight matrices", "parameters", "head outputs Z_i", "merged output Z",
                "multiply-adds"]
     if measure_time:
-        columns += ["time (ms)", "time ratio"]
+        columns += ["time", "time ratio"]
     rows = []
     for report in reports:
         row = [report.name, report.num_heads, _count_shapes(report.weight_matrices), report.parameters,
                _count_shapes(report.head_output_shapes), _shape(report.output_shape), report.multiply_adds]
         if measure_time:
-            row += [report.time.median_ms, report.time.median / reports[0].time.median]
+            row += [report.time.median, report.time.median / reports[0].time.median]
         rows.append(row)
-    return Table(columns, rows, formats={"time ratio": ".2f"})
+    formats = {"time": "time", "time ratio": ".2f"} if measure_time else {}
+    return Table(columns, rows, formats=formats)
 
 
 @dataclass(frozen=True)
 class SweepPoint:
     """One module of a head-count sweep: its sizes, its cost and (optionally) its time."""
 
-    regime: str  # "head_width_fixed" or "model_width_fixed"
-    implementation: str  # "wrapper" (stacked heads) or "batched" (MultiHeadAttention)
+    regime: str  # one of mha_course.cost.REGIMES
+    implementation: str  # a name of mha_course.implementations.IMPLEMENTATIONS, e.g. "stacked"
     num_heads: int
     head_dim: int
     width: int  # num_heads * head_dim: the merged output's width
@@ -313,16 +223,10 @@ class SweepPoint:
     time: Timing | None
 
 
-def _build(implementation: str, d_in: int, head_dim: int, num_heads: int, context_length: int) -> nn.Module:
-    if implementation == "wrapper":
-        return MultiHeadAttentionWrapper(d_in, head_dim, context_length, 0.0, num_heads)
-    return MultiHeadAttention(d_in, num_heads * head_dim, context_length, 0.0, num_heads)
-
-
 def head_count_sweep(head_counts: Sequence[int] = (1, 2, 4, 8, 16), *, regimes: Sequence[str] = REGIMES,
-                     implementations: Sequence[str] = ("wrapper",), d_in: int = 256, head_dim: int = 32,
+                     implementations: Sequence[str] = ("stacked",), d_in: int = 256, head_dim: int = 32,
                      d_model: int = 256, batch: int = 4, num_tokens: int = 128, measure_time: bool = True,
-                     min_run_time: float = 0.03, rounds: int = 3, num_threads: int | None = 1,
+                     min_run_time: float = 0.09, rounds: int = 3, num_threads: int | None = 1,
                      seed: int = 0) -> list[SweepPoint]:
     """Build modules with more and more heads in each regime and report their cost.
 
@@ -331,17 +235,18 @@ def head_count_sweep(head_counts: Sequence[int] = (1, 2, 4, 8, 16), *, regimes: 
         regimes: ``"head_width_fixed"`` (every head ``head_dim`` wide, total width grows) and/or
             ``"model_width_fixed"`` (total width ``d_model``, ``head_dim = d_model // num_heads``;
             every head count must divide ``d_model``).
-        implementations: ``"wrapper"`` (stacked :class:`MultiHeadAttentionWrapper`) and/or
-            ``"batched"`` (:class:`MultiHeadAttention`).
+        implementations: names from :data:`mha_course.implementations.IMPLEMENTATIONS`, e.g.
+            ``"stacked"`` (:class:`MultiHeadAttentionWrapper`) and ``"batched"``
+            (:class:`MultiHeadAttention`).
         d_in: input width.
         head_dim: head width in the head-width-fixed regime.
         d_model: total width in the model-width-fixed regime.
         batch, num_tokens: size of the random input the modules are timed on.
         measure_time: whether to time each forward pass (no autograd) with
-            :func:`mha_course.timing.measure`; all points are timed in one run, so their ratios
-            are meaningful even though the absolute times depend on the machine.
-        min_run_time: seconds to time each point for, per round.
-        rounds: the points are timed in turn this many times over; each keeps its fastest median.
+            :func:`mha_course.timing.time_interleaved`; all points are timed in one run, so their
+            ratios are meaningful even though the absolute times depend on the machine.
+        min_run_time: seconds to time each point for, over all rounds.
+        rounds: the points are timed in turn this many times over; each keeps its median.
         num_threads: torch threads while timing (default one; ``None``: torch's current setting).
         seed: seeds the weights and the input.
 
@@ -355,66 +260,70 @@ def head_count_sweep(head_counts: Sequence[int] = (1, 2, 4, 8, 16), *, regimes: 
         [(1, 8, 192), (2, 4, 192)]
     """
     for regime in regimes:
-        if regime not in REGIMES:
-            raise ValueError(f"regime must be one of {', '.join(map(repr, REGIMES))}, got {regime!r}.")
-    for implementation in implementations:
-        if implementation not in IMPLEMENTATIONS:
-            raise ValueError(
-                f"implementation must be one of {', '.join(map(repr, IMPLEMENTATIONS))}, got {implementation!r}."
-            )
+        check_regime(regime)
+    implementations = check_names(implementations, IMPLEMENTATIONS, "implementations")
     head_counts = [check_positive_int("head_counts entry", h) for h in head_counts]
     if not head_counts:
         raise ValueError("head_counts is empty; pass the numbers of heads to try, e.g. (1, 2, 4, 8).")
     for name, value in (("d_in", d_in), ("head_dim", head_dim), ("d_model", d_model), ("batch", batch),
                         ("num_tokens", num_tokens)):
         check_positive_int(name, value)
-    if "model_width_fixed" in regimes:
+    if MODEL_WIDTH_FIXED in regimes:
         for h in head_counts:
             check_divisible(d_model, h)  # explains the fix when a head count does not divide d_model
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, num_tokens, d_in, generator=generator)
-    points, modules = [], []
+    points, modules = [], {}
     for regime in regimes:
         for implementation in implementations:
             for h in head_counts:
-                width_per_head = head_dim if regime == "head_width_fixed" else d_model // h
-                torch.manual_seed(seed)
-                module = _build(implementation, d_in, width_per_head, h, num_tokens).eval()
-                d_out = width_per_head if implementation == "wrapper" else h * width_per_head
-                kind = "wrapper" if implementation == "wrapper" else "batched"
+                width_per_head = head_dim if regime == HEAD_WIDTH_FIXED else d_model // h
+                built, skipped = build_implementations(d_in=d_in, num_heads=h, head_dim=width_per_head,
+                                                       context_length=num_tokens, names=[implementation], seed=seed)
+                if implementation in skipped:
+                    raise ValueError(f"implementation {implementation!r} cannot run with {h} heads of width "
+                                     f"{width_per_head}: {skipped[implementation]}.")
+                impl = built[implementation]
+                kind = impl.cost_kind
+                d_out = width_per_head if kind == "wrapper" else h * width_per_head  # the class's d_out
                 points.append(SweepPoint(
                     regime=regime,
                     implementation=implementation,
                     num_heads=h,
                     head_dim=width_per_head,
                     width=h * width_per_head,
-                    parameters=count_parameters(module),
+                    parameters=sum(count_parameters(m) for m in impl.modules),
                     multiply_adds=multiply_adds(kind, batch, num_tokens, d_in, d_out, h).total,
                     score_bytes=score_memory_bytes(batch, h, num_tokens),
                     time=None,
                 ))
-                modules.append(module)
+                modules[len(points) - 1] = impl.forward
     if measure_time:
-        calls = [(_forward_no_grad, module, x) for module in modules]
-        timings = _time_interleaved(calls, rounds, min_run_time, num_threads)
-        points = [replace(point, time=timing) for point, timing in zip(points, timings)]
+        calls = {index: (lambda f=forward: _no_grad_call(f, x)) for index, forward in modules.items()}
+        timings = time_interleaved(calls, rounds=rounds, min_run_time=min_run_time, num_threads=num_threads)
+        points = [replace(point, time=timings[index]) for index, point in enumerate(points)]
     return points
+
+
+@torch.no_grad()
+def _no_grad_call(forward, x: torch.Tensor) -> torch.Tensor:
+    return forward(x)
 
 
 def sweep_table(points: Sequence[SweepPoint]) -> Table:
     """Tabulate a :func:`head_count_sweep`, with each quantity also as a ratio to the fewest heads.
 
-    The ``fixed`` column names the regime (``head width`` or ``model width`` fixed). The ratios
+    The ``fixed`` column names the regime (:data:`mha_course.cost.REGIME_LABELS`). The ratios
     compare a point with the point of the same regime and implementation that has the fewest
     heads, so 2.00 in the parameters ratio means twice the parameters of the fewest heads.
     """
     if not points:
         raise ValueError("points is empty; pass the result of head_count_sweep(...).")
     timed = all(p.time is not None for p in points)
-    columns = ["fixed", "module", "heads", "head_dim", "width", "parameters", "params ratio",
-               "multiply-adds", "MACs ratio", "score MiB"]
+    columns = ["fixed", "implementation", "heads", "head_dim", "width", "parameters", "params ratio",
+               "multiply-adds", "MACs ratio", "score memory"]
     if timed:
-        columns += ["time (ms)", "time ratio"]
+        columns += ["time", "time ratio"]
     base: dict[tuple[str, str], SweepPoint] = {}
     for p in points:
         key = (p.regime, p.implementation)
@@ -423,10 +332,13 @@ def sweep_table(points: Sequence[SweepPoint]) -> Table:
     rows = []
     for p in points:
         b = base[(p.regime, p.implementation)]
-        row = [p.regime.replace("_fixed", "").replace("_", " "), p.implementation, p.num_heads, p.head_dim, p.width, p.parameters,
-               p.parameters / b.parameters, p.multiply_adds, p.multiply_adds / b.multiply_adds,
-               p.score_bytes / 2**20]
+        row = [REGIME_LABELS[p.regime].removesuffix(" fixed"), p.implementation, p.num_heads, p.head_dim,
+               p.width, p.parameters, p.parameters / b.parameters, p.multiply_adds,
+               p.multiply_adds / b.multiply_adds, p.score_bytes]
         if timed:
-            row += [p.time.median_ms, p.time.median / b.time.median]
+            row += [p.time.median, p.time.median / b.time.median]
         rows.append(row)
-    return Table(columns, rows, formats={"params ratio": ".2f", "MACs ratio": ".2f", "time ratio": ".2f"})
+    formats = {"params ratio": ".2f", "MACs ratio": ".2f", "score memory": "bytes"}
+    if timed:
+        formats.update({"time": "time", "time ratio": ".2f"})
+    return Table(columns, rows, key_columns=3, formats=formats)

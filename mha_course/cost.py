@@ -4,13 +4,14 @@ Formulas for the three stages of the course, written out term by term so that a 
 where the cost comes from, and checked by the tests against the real modules (parameters) and
 against counted matrix products (multiply-adds).
 
-Two regimes recur in the book:
+Two regimes recur in the book, named once here (:data:`REGIMES`) for every module that uses them:
 
-* **head width fixed** (the wrapper, or ``MultiHeadAttention`` with ``d_out = num_heads * head_dim``
-  growing with the heads): parameters and work grow with the number of heads;
-* **model width fixed** (``MultiHeadAttention`` with ``d_out`` fixed and ``head_dim = d_out //
-  num_heads``): parameters and multiply-adds stay the same whatever the number of heads; only
-  the score tensor grows.
+* **head width fixed** (``"head_width_fixed"``: the wrapper, or ``MultiHeadAttention`` with
+  ``d_out = num_heads * head_dim`` growing with the heads): parameters and work grow with the
+  number of heads;
+* **model width fixed** (``"model_width_fixed"``: ``MultiHeadAttention`` with ``d_out`` fixed and
+  ``head_dim = d_out // num_heads``): parameters and multiply-adds stay the same whatever the
+  number of heads; only the score tensor grows.
 """
 
 from __future__ import annotations
@@ -23,6 +24,27 @@ from ._validation import check_divisible, check_positive_int
 
 #: The stages the formulas know: one head, stacked heads, batched heads.
 KINDS = ("causal", "wrapper", "batched")
+
+#: Every head keeps its width, so the model grows with the heads.
+HEAD_WIDTH_FIXED = "head_width_fixed"
+#: The model keeps its width, shared among the heads: ``head_dim = d_out // num_heads``.
+MODEL_WIDTH_FIXED = "model_width_fixed"
+#: The two ways of adding heads that the book compares, spelled the same everywhere.
+REGIMES = (HEAD_WIDTH_FIXED, MODEL_WIDTH_FIXED)
+#: How tables and plots name each regime.
+REGIME_LABELS = {HEAD_WIDTH_FIXED: "head width fixed", MODEL_WIDTH_FIXED: "model width fixed"}
+
+
+def check_regime(regime: str) -> str:
+    """Return ``regime`` if it is one of :data:`REGIMES`, else raise an error listing them.
+
+    Example:
+        >>> check_regime("model_width_fixed")
+        'model_width_fixed'
+    """
+    if regime not in REGIMES:
+        raise ValueError(f"regime must be one of {', '.join(map(repr, REGIMES))}, got {regime!r}.")
+    return regime
 
 
 def count_parameters(module: nn.Module, trainable_only: bool = True) -> int:
@@ -129,18 +151,14 @@ def multiply_adds(kind: str, batch: int, num_tokens: int, d_in: int, d_out: int,
     )
 
 
-#: The two ways of adding heads that the book compares (see the module docstring).
-REGIMES = ("head_dim fixed", "d_out fixed")
-
-
 def cost_by_heads(regime: str, num_heads, *, batch: int, num_tokens: int, d_in: int, width: int,
                   kind: str = "batched", bytes_per_element: int = 4) -> list[dict]:
     """Parameters, multiply-adds and score-tensor bytes for each head count, in one regime.
 
     Args:
-        regime: ``"head_dim fixed"`` (every head is ``width`` wide, so the model grows with the
-            heads) or ``"d_out fixed"`` (the model is ``width`` wide, shared among the heads:
-            ``head_dim = width // num_heads``).
+        regime: ``"head_width_fixed"`` (every head is ``width`` wide, so the model grows with
+            the heads) or ``"model_width_fixed"`` (the model is ``width`` wide, shared among the
+            heads: ``head_dim = width // num_heads``).
         num_heads: the head counts to tabulate, e.g. ``[1, 2, 4, 8]``.
         batch, num_tokens, d_in: the input's shape ``(batch, num_tokens, d_in)``.
         width: ``head_dim`` or ``d_out``, depending on ``regime``.
@@ -152,19 +170,18 @@ def cost_by_heads(regime: str, num_heads, *, batch: int, num_tokens: int, d_in: 
         ``(batch, num_heads, num_tokens, num_tokens)`` tensor).
 
     Example:
-        >>> rows = cost_by_heads("d_out fixed", [1, 4], batch=1, num_tokens=8, d_in=16, width=16)
+        >>> rows = cost_by_heads("model_width_fixed", [1, 4], batch=1, num_tokens=8, d_in=16, width=16)
         >>> [(r["head_dim"], r["parameters"], r["score_bytes"]) for r in rows]
         [(16, 1040, 256), (4, 1040, 1024)]
     """
-    if regime not in REGIMES:
-        raise ValueError(f"regime must be one of {', '.join(map(repr, REGIMES))}, got {regime!r}.")
+    check_regime(regime)
     if kind not in ("batched", "wrapper"):
         raise ValueError(f"kind must be 'batched' or 'wrapper' (the multi-head stages), got {kind!r}.")
     width = check_positive_int("width", width)
     rows = []
     for heads in num_heads:
         heads = check_positive_int("num_heads", heads)
-        head_dim = width if regime == "head_dim fixed" else check_divisible(width, heads)
+        head_dim = width if regime == HEAD_WIDTH_FIXED else check_divisible(width, heads)
         total = heads * head_dim
         d_out = total if kind == "batched" else head_dim  # the class's own meaning of d_out
         rows.append({

@@ -1,7 +1,8 @@
-"""Plain-text tables for notebooks: rounded numbers with row and column labels.
+"""Matrices as tables for notebooks: rounded numbers with row and column labels.
 
 Printing a raw tensor shows eight digits and a ``tensor(...)`` wrapper; a labelled table of rounded
-numbers reads better and stays identical across machines and thread counts.
+numbers reads better and stays identical across machines and thread counts. The table is a
+:class:`mha_course.tables.Table`, so it prints as text and renders as HTML in a notebook.
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ from typing import Sequence
 
 import torch
 
+from .tables import Table
+
 
 def matrix_table(values, row_labels: Sequence[str] | None = None, col_labels: Sequence[str] | None = None,
-                 decimals: int = 3, corner: str = "", marks: tuple[str, str] = ("✓", "·")) -> str:
-    """Format a 2-D tensor (or nested list) as an aligned text table of rounded numbers.
+                 decimals: int = 3, corner: str = "", marks: tuple[str, str] = ("✓", "·")) -> Table:
+    """Show a 2-D tensor (or nested list) as a table of rounded numbers with labelled rows.
 
     ``-inf`` prints as ``-inf``; booleans print as ``marks[0]`` for ``True`` and ``marks[1]`` for
     ``False``. Each column is as wide as its widest entry.
@@ -44,12 +47,5 @@ def matrix_table(values, row_labels: Sequence[str] | None = None, col_labels: Se
         text = f"{v:.{decimals}f}"
         return "0." + "0" * decimals if text == "-0." + "0" * decimals else text  # no "-0.000"
 
-    cells = [[cell(v) for v in row] for row in values.tolist()]
-    widths = [max(len(col_labels[j]), *(len(row[j]) for row in cells)) for j in range(cols)]
-    label_width = max([len(r) for r in row_labels] + [len(corner)])
-
-    def line(label: str, entries: list[str]) -> str:
-        return label.ljust(label_width) + "".join("  " + e.rjust(w) for e, w in zip(entries, widths))
-
-    lines = [line(corner, col_labels)] + [line(label, row) for label, row in zip(row_labels, cells)]
-    return "\n".join(lines)
+    cells = [[label] + [cell(v) for v in row] for label, row in zip(row_labels, values.tolist())]
+    return Table([corner] + col_labels, cells, align={c: "right" for c in col_labels}, rule=False)

@@ -15,6 +15,7 @@ from matplotlib.patches import FancyBboxPatch
 from matplotlib.ticker import FuncFormatter
 
 from ._validation import check_positive_int
+from .cost import REGIME_LABELS, REGIMES
 from .masking import visibility
 
 
@@ -257,9 +258,9 @@ def plot_cost_regimes(points):
     groups: dict[tuple[str, str], list] = {}
     for p in points:
         groups.setdefault((p.regime, p.implementation), []).append(p)
-    colours = {"head_width_fixed": "tab:red", "model_width_fixed": "tab:blue"}
-    styles = {"wrapper": "-", "batched": "--"}
-    names = {"wrapper": "stacked heads", "batched": "batched module"}
+    colours = dict(zip(REGIMES, ("tab:red", "tab:blue")))
+    styles = {"stacked": "-", "batched": "--"}  # any other implementation: dotted
+    names = {"stacked": "stacked heads", "batched": "batched module"}
     head_counts = sorted({p.num_heads for p in points})
     fig, axes = plt.subplots(1, len(quantities), figsize=(4.2 * len(quantities), 3.6), squeeze=False)
     for ax, (field, label) in zip(axes[0], quantities):
@@ -267,13 +268,12 @@ def plot_cost_regimes(points):
         for (regime, implementation), group in groups.items():
             group = sorted(group, key=lambda p: p.num_heads)
 
-            def value(p):
-                return p.time.median if field == "time" else getattr(p, field)
-
-            ratios = [value(p) / value(group[0]) for p in group]
+            values = [p.time.median if field == "time" else getattr(p, field) for p in group]
+            ratios = [v / values[0] for v in values]
             top = max(top, *ratios)
-            ax.plot([p.num_heads for p in group], ratios, styles[implementation], marker="o",
-                    color=colours[regime], label=f"{regime.replace('_', ' ')}, {names[implementation]}")
+            ax.plot([p.num_heads for p in group], ratios, styles.get(implementation, ":"), marker="o",
+                    color=colours[regime],
+                    label=f"{REGIME_LABELS[regime]}, {names.get(implementation, implementation)}")
         lo, hi = head_counts[0], head_counts[-1]
         ax.plot([lo, hi], [1, hi / lo], ":", color="grey", lw=2.5, zorder=0, label="in proportion to heads")
         ax.set_xscale("log", base=2)

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 HTML = REPO / "_build" / "html"
 SCREENSHOTS = REPO / "_build" / "screenshots"
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
-# The flags TOOLCHAIN.md lists: no sandbox (containers, root), no GPU, and no background traffic.
+# Chromium in a container: no sandbox (containers, root), no GPU, and no background traffic.
 CHROMIUM_FLAGS = [
     "--no-sandbox",
     "--disable-gpu",

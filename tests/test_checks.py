@@ -29,7 +29,7 @@ from mha_course.exercises.chapter1 import head_variant, reference_head
 from mha_course.exercises.chapter4 import fused_variant
 from mha_course.exercises.chapter5 import ablated, trained_model
 from mha_course.exercises.framework import OWN_CODE, SEED_ENV_VAR, judge, probe
-from mha_course.specialise import accuracy, evaluation_data, head_role, head_scores, train
+from mha_course.experiments.specialisation import accuracy, evaluation_data, head_role, head_scores, train
 
 # ----------------------------------------------------------------------------------------------
 # Correct answers

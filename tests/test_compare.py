@@ -6,39 +6,9 @@ import pytest
 import torch
 
 from conftest import build
-from mha_course import CausalAttention, MultiHeadAttention, MultiHeadAttentionWrapper, three_token_example
-from mha_course import compare
-from mha_course.compare import (Table, compare_modules, describe_module, head_count_sweep, head_outputs,
-                                sweep_table)
+from mha_course import CausalAttention, MultiHeadAttentionWrapper, three_token_example
+from mha_course.compare import compare_modules, describe_module, head_count_sweep, head_outputs, sweep_table
 from mha_course.cost import multiply_adds, parameter_count
-from mha_course.timing import Timing
-
-
-# --- Table -----------------------------------------------------------------------------------------
-
-def test_table_aligns_numbers_right_and_text_left():
-    table = Table(["name", "count", "ratio"], [["a", 1234, 1.0], ["bbb", 5, 0.5]], formats={"ratio": ".2f"})
-    assert str(table).splitlines() == [
-        "name  count  ratio",
-        "----  -----  -----",
-        "a     1,234   1.00",
-        "bbb       5   0.50",
-    ]
-    assert table.column("count") == [1234, 5]
-
-
-def test_table_html_escapes_and_has_caption():
-    rendered = Table(["<x>"], [["a & b"]], title="T<1>")._repr_html_()
-    assert "<caption>T&lt;1&gt;</caption>" in rendered
-    assert '>&lt;x&gt;</th>' in rendered and '>a &amp; b</td>' in rendered
-    assert 'overflow-x:auto' in rendered
-
-
-def test_table_rejects_ragged_rows_and_unknown_columns():
-    with pytest.raises(ValueError, match=r"row 1 has 1 cells but the table has 2 columns \(a, b\)"):
-        Table(["a", "b"], [[1, 2], [3]])
-    with pytest.raises(KeyError, match="no column 'c'; the columns are 'a', 'b'"):
-        Table(["a", "b"], [[1, 2]]).column("c")
 
 
 # --- Head outputs and one-module reports --------------------------------------------------------------
@@ -59,6 +29,11 @@ def test_head_outputs_of_the_batched_module_are_its_slices_before_out_proj():
     zs = head_outputs(mha, x)
     assert [tuple(z.shape) for z in zs] == [(2, 6, 3)] * 2
     torch.testing.assert_close(mha.out_proj(torch.cat(zs, dim=-1)), mha(x))
+    # Each slice is that head's attention weights applied to its own slice of the values.
+    weights = mha.attention_weights(x)  # (B, h, T, T)
+    values = mha.W_value(x)  # (B, T, d_out)
+    for h, z in enumerate(zs):
+        torch.testing.assert_close(z, weights[:, h] @ values[..., 3 * h:3 * (h + 1)])
 
 
 def test_head_outputs_of_one_head_is_its_output():
@@ -111,32 +86,25 @@ def test_compare_one_head_with_two_heads_on_the_three_token_example():
     assert table.column("head outputs Z_i") == ["1 x (1, 3, 2)", "2 x (1, 3, 2)"]
     assert table.column("merged output Z") == ["(1, 3, 2)", "(1, 3, 4)"]
     assert table.column("multiply-adds") == [90, 180]
-    times, ratios = table.column("time (ms)"), table.column("time ratio")
+    times, ratios = table.column("time"), table.column("time ratio")
     assert all(t > 0 for t in times) and ratios[0] == 1.0
     assert ratios[1] == pytest.approx(times[1] / times[0])
 
 
 def test_compare_modules_without_time_and_with_nothing():
     table = compare_modules({"batched": build("batched")}, torch.randn(1, 3, 3), measure_time=False)
-    assert "time (ms)" not in table.columns
+    assert "time" not in table.columns
     assert table.column("weight matrices") == ["3 x (4, 3) + 1 x (4, 4)"]
     with pytest.raises(ValueError, match="modules is empty"):
         compare_modules({}, torch.randn(1, 3, 3))
 
 
-def test_interleaved_timing_keeps_each_calls_fastest_round(monkeypatch):
-    medians = iter([5.0, 9.0, 3.0, 12.0, 4.0, 8.0])  # rounds of (a, b): (5, 9), (3, 12), (4, 8)
-    monkeypatch.setattr(compare, "measure", lambda *args, **kwargs: Timing(next(medians), 0.0, 1))
-    best = compare._time_interleaved([(print, "a"), (print, "b")], rounds=3, min_run_time=0.01, num_threads=1)
-    assert [t.median for t in best] == [3.0, 8.0]
-
-
 # --- The head-count sweep --------------------------------------------------------------------------------
 
 def test_head_width_fixed_grows_with_the_heads():
-    points = head_count_sweep((1, 2, 4), regimes=["head_width_fixed"], implementations=("wrapper", "batched"),
+    points = head_count_sweep((1, 2, 4), regimes=["head_width_fixed"], implementations=("stacked", "batched"),
                               d_in=8, head_dim=4, batch=1, num_tokens=5, measure_time=False)
-    wrapper = [p for p in points if p.implementation == "wrapper"]
+    wrapper = [p for p in points if p.implementation == "stacked"]
     assert [p.width for p in wrapper] == [4, 8, 16]
     assert [p.parameters for p in wrapper] == [h * 3 * 8 * 4 for h in (1, 2, 4)]
     assert [p.multiply_adds for p in wrapper] == [h * wrapper[0].multiply_adds for h in (1, 2, 4)]
@@ -146,9 +114,9 @@ def test_head_width_fixed_grows_with_the_heads():
 
 
 def test_model_width_fixed_keeps_parameters_and_products_but_not_the_score_tensor():
-    points = head_count_sweep((1, 2, 4, 8), regimes=["model_width_fixed"], implementations=("wrapper", "batched"),
+    points = head_count_sweep((1, 2, 4, 8), regimes=["model_width_fixed"], implementations=("stacked", "batched"),
                               d_in=8, d_model=16, batch=2, num_tokens=6, measure_time=False)
-    for implementation in ("wrapper", "batched"):
+    for implementation in ("stacked", "batched"):
         group = [p for p in points if p.implementation == implementation]
         assert [p.head_dim for p in group] == [16, 8, 4, 2]
         assert len({p.parameters for p in group}) == 1 and len({p.multiply_adds for p in group}) == 1
@@ -168,8 +136,10 @@ def test_sweep_times_every_point_and_tabulates_ratios():
 def test_sweep_rejects_bad_arguments():
     with pytest.raises(ValueError, match="regime must be one of 'head_width_fixed', 'model_width_fixed', got 'wide'"):
         head_count_sweep((1,), regimes=["wide"], measure_time=False)
-    with pytest.raises(ValueError, match="implementation must be one of 'wrapper', 'batched', got 'fast'"):
-        head_count_sweep((1,), implementations=["fast"], measure_time=False)
+    with pytest.raises(ValueError, match=r"unknown implementations \['wrapper'\]: choose from stacked, batched"):
+        head_count_sweep((1,), implementations=["wrapper"], measure_time=False)
+    with pytest.raises(ValueError, match="'torch_mha' cannot run with 1 heads of width 32: torch.nn.Multihead"):
+        head_count_sweep((1,), d_in=16, implementations=["torch_mha"], measure_time=False)
     with pytest.raises(ValueError, match=r"d_out \(256\) must be divisible by num_heads \(3\)"):
         head_count_sweep((1, 3), measure_time=False)
     with pytest.raises(ValueError, match="head_counts entry must be a positive integer, got 0"):
@@ -178,3 +148,11 @@ def test_sweep_rejects_bad_arguments():
         head_count_sweep((), measure_time=False)
     with pytest.raises(ValueError, match="points is empty"):
         sweep_table([])
+
+
+def test_sweep_builds_any_registered_implementation_by_its_name():
+    points = head_count_sweep((1, 2), regimes=["model_width_fixed"], implementations=("batched", "fast", "torch_mha"),
+                              d_in=8, d_model=8, batch=1, num_tokens=4, measure_time=False)
+    by_name = {name: [p.parameters for p in points if p.implementation == name] for name in ("batched", "fast")}
+    assert by_name["batched"] == by_name["fast"] == [parameter_count("batched", 8, 8, h) for h in (1, 2)]
+    assert [p.implementation for p in points] == ["batched"] * 2 + ["fast"] * 2 + ["torch_mha"] * 2

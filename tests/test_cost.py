@@ -90,18 +90,18 @@ def test_cost_by_heads_in_both_regimes_matches_the_modules():
     from mha_course.cost import cost_by_heads
 
     heads = [1, 2, 4, 8]
-    fixed_model = cost_by_heads("d_out fixed", heads, batch=2, num_tokens=16, d_in=32, width=32)
+    fixed_model = cost_by_heads("model_width_fixed", heads, batch=2, num_tokens=16, d_in=32, width=32)
     assert [r["head_dim"] for r in fixed_model] == [32, 16, 8, 4]
     assert len({r["parameters"] for r in fixed_model}) == 1
     assert len({r["multiply_adds"] for r in fixed_model}) == 1
     assert [r["score_bytes"] for r in fixed_model] == [2 * h * 16 * 16 * 4 for h in heads]
-    fixed_head = cost_by_heads("head_dim fixed", heads, batch=2, num_tokens=16, d_in=32, width=8)
+    fixed_head = cost_by_heads("head_width_fixed", heads, batch=2, num_tokens=16, d_in=32, width=8)
     assert [r["d_out"] for r in fixed_head] == [8, 16, 32, 64]
     for row in fixed_model + fixed_head:
         mha = MultiHeadAttention(32, row["d_out"], 16, 0.0, row["num_heads"])
         assert row["parameters"] == count_parameters(mha)
         assert row["score_bytes"] == mha.attention_weights(torch.randn(2, 16, 32)).nbytes
-    stacked = cost_by_heads("head_dim fixed", heads, batch=2, num_tokens=16, d_in=32, width=8, kind="wrapper")
+    stacked = cost_by_heads("head_width_fixed", heads, batch=2, num_tokens=16, d_in=32, width=8, kind="wrapper")
     assert [r["parameters"] for r in stacked] == [h * stacked[0]["parameters"] for h in heads]
     assert [r["multiply_adds"] for r in stacked] == [h * stacked[0]["multiply_adds"] for h in heads]
 
@@ -109,9 +109,9 @@ def test_cost_by_heads_in_both_regimes_matches_the_modules():
 def test_cost_by_heads_rejects_bad_arguments():
     from mha_course.cost import cost_by_heads
 
-    with pytest.raises(ValueError, match="regime must be one of 'head_dim fixed', 'd_out fixed', got 'fixed'"):
+    with pytest.raises(ValueError, match="regime must be one of 'head_width_fixed', 'model_width_fixed', got 'fixed'"):
         cost_by_heads("fixed", [1], batch=1, num_tokens=4, d_in=4, width=4)
     with pytest.raises(ValueError, match=r"d_out \(12\) must be divisible by num_heads \(5\)"):
-        cost_by_heads("d_out fixed", [1, 5], batch=1, num_tokens=4, d_in=4, width=12)
+        cost_by_heads("model_width_fixed", [1, 5], batch=1, num_tokens=4, d_in=4, width=12)
     with pytest.raises(ValueError, match="kind must be 'batched' or 'wrapper'"):
-        cost_by_heads("d_out fixed", [1], batch=1, num_tokens=4, d_in=4, width=4, kind="causal")
+        cost_by_heads("model_width_fixed", [1], batch=1, num_tokens=4, d_in=4, width=4, kind="causal")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from argparse import Namespace
 from pathlib import Path
 
 import matplotlib
@@ -15,9 +14,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from mha_course import MultiHeadAttention  # noqa: E402
-from mha_course.__main__ import main  # noqa: E402
+from mha_course.cli import main  # noqa: E402
 from mha_course.cost import count_parameters  # noqa: E402
-from mha_course.specialise import (  # noqa: E402
+from mha_course.experiments.specialisation import (  # noqa: E402
     IGNORE_INDEX,
     SpecialisationConfig,
     TinyAttentionModel,
@@ -25,9 +24,8 @@ from mha_course.specialise import (  # noqa: E402
     difference_task,
     evaluate,
     evaluation_data,
+    accuracy_by_heads,
     first_share_by_difference,
-    format_roles,
-    format_summary,
     head_role,
     head_scores,
     load_results,
@@ -35,10 +33,10 @@ from mha_course.specialise import (  # noqa: E402
     one_token_accuracy,
     plot_accuracy_by_heads,
     plot_first_share_by_difference,
-    run_cli,
+    roles_table,
     run_experiment,
     save_results,
-    summarise,
+    summary_table,
     train,
 )
 
@@ -116,7 +114,7 @@ def test_model_shapes_and_attention_weights():
 
 
 def test_model_bad_inputs():
-    with pytest.raises(ValueError, match="d_out \\(16\\) must be divisible by num_heads \\(3\\)"):
+    with pytest.raises(ValueError, match="num_heads=3 does not divide d_model=16"):
         TinyAttentionModel(8, 8, 16, 3)
     model = TinyAttentionModel(8, 8, 16, 2)
     with pytest.raises(TypeError, match="tokens must be a 2-D int64 tensor"):
@@ -232,23 +230,24 @@ def _fake_results():
             "long_budget_factor": 4, "runs": runs, "command": "python -m mha_course specialise --seeds 2"}
 
 
-def test_summarise_mean_spread_and_solved():
-    rows = summarise(_fake_results())
+def test_accuracy_by_heads_mean_spread_and_solved():
+    rows = accuracy_by_heads(_fake_results())
     assert [(r["num_heads"], r["steps"]) for r in rows] == [(1, 10), (2, 10), (1, 40)]
     one, two, longer = rows
     assert one["mean"] == pytest.approx(0.6) and one["std"] == pytest.approx(0.5656854, abs=1e-6)
     assert (one["min"], one["max"], one["solved"], one["seeds"]) == (0.2, 1.0, 1, 2)
     assert two["mean"] == 1.0 and two["std"] == 0.0 and two["solved"] == 2
     assert longer["mean"] == pytest.approx(0.8)
-    table = format_summary(_fake_results())
-    assert table.splitlines()[1].split() == ["1", "16", "10", "0.600", "0.566", "0.200", "1.000", "1/2"]
+    table = summary_table(_fake_results())
+    assert str(table).splitlines()[2].split() == ["1", "16", "10", "0.600", "0.566", "0.200", "1.000", "1/2"]
+    assert table.column("mean") == [row["mean"] for row in rows]
 
 
-def test_format_roles_one_line_per_seed():
-    lines = format_roles(_fake_results(), 2).splitlines()
+def test_roles_table_one_row_per_seed():
+    lines = str(roles_table(_fake_results(), 2)).splitlines()
     assert lines[0].split() == ["seed", "accuracy", "head", "1", "head", "2"]
-    assert lines[1].split() == ["0", "1.000", "mixed", "0.50/0.50", "mixed", "0.50/0.50"]
-    assert len(lines) == 3
+    assert lines[2].split() == ["0", "1.000", "mixed", "0.50/0.50", "mixed", "0.50/0.50"]
+    assert len(lines) == 4
 
 
 def test_head_role_and_one_token_accuracy():
@@ -267,7 +266,7 @@ def test_run_experiment_structure_and_round_trip(tmp_path):
     assert results["runs"][2]["accuracy"] == evaluate(train(2, 0, TINY))["accuracy"]
     path = save_results(results, tmp_path / "deep" / "results.json")
     assert load_results(path) == json.loads(json.dumps(results))
-    assert len(summarise(results)) == 3
+    assert len(accuracy_by_heads(results)) == 3
 
 
 def test_run_experiment_bad_arguments():
@@ -284,7 +283,7 @@ def test_run_experiment_bad_arguments():
 def test_load_results_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="python -m mha_course specialise --out"):
         load_results(tmp_path / "missing.json")
-    (tmp_path / "other.json").write_text("{}")
+    (tmp_path / "other.json").write_text("{}", encoding="utf-8")
     with pytest.raises(ValueError, match="lacks"):
         load_results(tmp_path / "other.json")
 
@@ -305,7 +304,7 @@ def test_plots_draw_every_seed():
 
 def test_cli_bad_arguments(tmp_path, capsys):
     assert main(["specialise", "--seeds", "0", "--out", str(tmp_path / "r.json")]) == 2
-    assert "--seeds must be a whole number of at least 1, got 0" in capsys.readouterr().err
+    assert "--seeds must be a positive integer, got 0. Pass a whole number of at least 1." in capsys.readouterr().err
     assert main(["specialise", "--seeds", "1", "--out", str(tmp_path)]) == 2
     assert "is a folder" in capsys.readouterr().err
     with pytest.raises(SystemExit):
@@ -314,13 +313,13 @@ def test_cli_bad_arguments(tmp_path, capsys):
 
 
 def test_cli_writes_results(tmp_path, capsys, monkeypatch):
-    import mha_course.specialise as specialise
+    import mha_course.experiments.specialisation as specialisation
 
     fake = _fake_results()
-    monkeypatch.setattr(specialise, "run_experiment", lambda seeds, progress: fake)
+    monkeypatch.setattr(specialisation, "run_experiment", lambda seeds, progress: fake)
     out = tmp_path / "sub" / "r.json"
-    assert run_cli(Namespace(seeds=2, out=str(out), no_progress=True)) == 0
-    assert json.loads(out.read_text()) == fake
+    assert main(["specialise", "--seeds", "2", "--out", str(out), "--no-progress"]) == 0
+    assert json.loads(out.read_text(encoding="utf-8")) == fake
     printed = capsys.readouterr().out
     assert f"wrote {out}" in printed and "1/2" in printed
 

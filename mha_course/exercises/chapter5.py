@@ -2,7 +2,8 @@
 it costs.
 
 The models are the chapter's own, trained by the package's seeded training
-(:func:`mha_course.specialise.train`, the book's :class:`~mha_course.specialise.SpecialisationConfig`,
+(:func:`mha_course.experiments.specialisation.train`, the book's
+:class:`~mha_course.experiments.specialisation.SpecialisationConfig`,
 seed 0) with two heads - the model chapter 5 trains live - and with four. Their weights are stored
 in ``data/trained_models.json`` next to this module, so that the check trains nothing; regenerate the
 file with ``python -c "from mha_course.exercises.chapter5 import write_models; write_models()"``.
@@ -17,7 +18,8 @@ from pathlib import Path
 
 import torch
 
-from ..specialise import IGNORE_INDEX, SpecialisationConfig, TinyAttentionModel, accuracy, difference_task, train
+from ..experiments.specialisation import (IGNORE_INDEX, SpecialisationConfig, TinyAttentionModel, accuracy,
+                                          difference_task, train)
 from .framework import Check, Exercise, Mistake
 from .probes import agrees, case_seed
 from .records import Failed, Recorder, describe, number, number_of, plain, seed_of, value_of
@@ -37,7 +39,7 @@ def write_models(path: Path = MODELS_PATH) -> Path:
         # Nine significant digits give every float32 back exactly.
         models[str(num_heads)] = {name: _nine_digits(value.tolist()) for name, value in run.model.state_dict().items()
                                   if not name.endswith("mask")}
-    payload = {"about": "TinyAttentionModel weights trained by mha_course.specialise.train(num_heads, seed=0) "
+    payload = {"about": "TinyAttentionModel weights trained by mha_course.experiments.specialisation.train(num_heads, seed=0) "
                         "with the book's SpecialisationConfig; read by exercise 5.1's check.",
                "seed": SEED, "config": {"vocab_size": config.vocab_size, "num_tokens": config.num_tokens,
                                         "d_model": config.d_model, "steps": config.steps},

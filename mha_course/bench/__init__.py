@@ -1,0 +1,41 @@
+"""The course's benchmark: what each implementation of causal multi-head attention costs.
+
+``python -m mha_course bench`` times, in one process and one run, every implementation of
+:mod:`mha_course.implementations` (stacked heads, the textbook batched module, the fused fast
+path, raw ``scaled_dot_product_attention``, ``torch.nn.MultiheadAttention``) on the same weights
+and the same input, at the sizes of :mod:`mha_course.bench.sizes`, forward and forward+backward,
+with peak memory, page faults, multiply-adds and FLOP/s. Results go to ``--out`` as JSON
+(everything), CSV (one row per measurement) and a PNG plot; chapter 4 reads the stored files.
+
+The package, one concern per module:
+
+* :mod:`~mha_course.bench.sizes` - the sizes (adding one is one entry);
+* :mod:`~mha_course.bench.settings` - :class:`BenchSettings`, everything that configures a run;
+* :mod:`~mha_course.bench.steps` - one call of an implementation: forward or a training step;
+* :mod:`~mha_course.bench.machine` - the matmul ceiling, the load, and whether they held still;
+* :mod:`~mha_course.bench.memory` - peak memory in a fresh child process (POSIX only; imported
+  only by a run that measures it);
+* :mod:`~mha_course.bench.run` - the run itself;
+* :mod:`~mha_course.bench.results` and :mod:`~mha_course.bench.plots` - files, tables, figure.
+
+The implementations themselves, and how to add one, are in :mod:`mha_course.implementations`.
+Importing this package, and reading results, works on any operating system.
+"""
+
+from ..implementations import IMPLEMENTATIONS, Implementation, build_implementations
+from .machine import MachineState, matmul_ceiling, stability_warnings
+from .plots import plot_results
+from .results import (BASELINES, FORMAT_VERSION, add_ratios, compare_times, load_results, lookup, results_table,
+                      select, summary, write_results)
+from .run import run_benchmark
+from .settings import BenchSettings
+from .sizes import ALL_CONFIGS, CONFIGS, QUICK_CONFIGS, BenchConfig
+from .steps import MODES, build_for, make_step
+
+__all__ = [
+    "IMPLEMENTATIONS", "Implementation", "build_implementations", "build_for", "make_step", "MODES",
+    "BenchConfig", "CONFIGS", "QUICK_CONFIGS", "ALL_CONFIGS", "BenchSettings", "run_benchmark",
+    "MachineState", "matmul_ceiling", "stability_warnings", "FORMAT_VERSION", "BASELINES", "add_ratios",
+    "write_results", "load_results", "select", "lookup", "compare_times", "results_table", "summary",
+    "plot_results",
+]

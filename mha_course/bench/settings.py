@@ -1,0 +1,99 @@
+"""Everything that configures one benchmark run, in one dataclass, checked once."""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field, replace
+from typing import Sequence
+
+from ..implementations import IMPLEMENTATIONS, check_names
+from .sizes import ALL_CONFIGS, CONFIGS, QUICK_CONFIGS, BenchConfig
+from .steps import MODES
+
+
+def _positive(name: str, value, kind=numbers.Real) -> None:
+    if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
+        what = "a whole number of at least 1" if kind is numbers.Integral else "a positive number"
+        raise ValueError(f"{name} must be {what}, got {value!r}.")
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """How to run the benchmark: what to time, where, for how long, and what else to measure.
+
+    Example:
+        >>> settings = BenchSettings(configs=(CONFIGS["textbook"],), implementations=("batched", "fast"))
+        >>> settings.modes, settings.rounds
+        (('forward', 'forward+backward'), 3)
+        >>> BenchSettings(configs=(CONFIGS["textbook"],), modes=("backward",))
+        Traceback (most recent call last):
+            ...
+        ValueError: unknown modes ['backward']: choose from forward, forward+backward.
+    """
+
+    configs: Sequence[BenchConfig]  # the sizes to run (CONFIGS or QUICK_CONFIGS values)
+    device: str = "cpu"  # "cpu" or "cuda"
+    implementations: Sequence[str] = tuple(IMPLEMENTATIONS)  # names from mha_course.implementations
+    modes: Sequence[str] = MODES
+    # Seconds torch.utils.benchmark spends on each implementation, shared among the rounds.
+    min_run_time: float = 1.0
+    # Every implementation is timed once per round, in turns (mha_course.timing.time_interleaved).
+    rounds: int = 3
+    memory: bool = True  # peak memory (and, on the CPU, page faults per call)
+    # Calls over which page faults per call are averaged, after the first (none for slow training steps).
+    memory_calls: int = 2
+    threads: int | None = None  # torch threads (None: torch's current setting)
+    progress: bool = True  # a progress bar on stderr
+    quick: bool = False  # recorded in the results' metadata
+    ceiling_size: int | None = None  # side of the square matrix product timed as the ceiling
+    seed: int = 0
+    label: str | None = field(default=None, compare=False)  # suffix of the result files' names
+
+    def __post_init__(self):
+        configs = tuple(self.configs)
+        if not configs or not all(isinstance(c, BenchConfig) for c in configs):
+            raise ValueError("configs must be a non-empty sequence of BenchConfig, e.g. "
+                             "(mha_course.bench.CONFIGS['small-4'],).")
+        object.__setattr__(self, "configs", configs)
+        object.__setattr__(self, "implementations",
+                           tuple(check_names(self.implementations, IMPLEMENTATIONS, "implementations")))
+        object.__setattr__(self, "modes", tuple(check_names(self.modes, MODES, "modes")))
+        _positive("min_run_time", self.min_run_time)
+        _positive("rounds", self.rounds, numbers.Integral)
+        if isinstance(self.memory_calls, bool) or not isinstance(self.memory_calls, numbers.Integral) \
+                or self.memory_calls < 0:
+            raise ValueError(f"memory_calls must be 0 or more, got {self.memory_calls!r}.")
+        if self.threads is not None:
+            _positive("threads", self.threads, numbers.Integral)
+        if self.ceiling_size is not None:
+            _positive("ceiling_size", self.ceiling_size, numbers.Integral)
+
+    @classmethod
+    def for_command(cls, *, quick: bool = False, configs: Sequence[str] | None = None,
+                    min_run_time: float | None = None, rounds: int | None = None, threads: int | None = None,
+                    **options) -> "BenchSettings":
+        """The settings of ``python -m mha_course bench``: sizes by name, and the defaults of its mode.
+
+        The full run times each implementation for 1 s over 3 rounds with torch's threads; the
+        quick run (``quick=True``) uses its tiny sizes, 0.02 s over 2 rounds, one thread (on a
+        shared CI machine a spinning second thread makes tiny timings swing by 10x) and a small
+        ceiling product.
+
+        Example:
+            >>> s = BenchSettings.for_command(quick=True)
+            >>> [c.name for c in s.configs], s.min_run_time, s.rounds, s.threads
+            (['textbook', 'tiny'], 0.02, 2, 1)
+        """
+        pool = QUICK_CONFIGS if quick else CONFIGS
+        names = check_names(configs if configs else pool, ALL_CONFIGS, "configs")
+        settings = cls(
+            configs=tuple(ALL_CONFIGS[name] for name in names),
+            min_run_time=min_run_time if min_run_time is not None else (0.02 if quick else 1.0),
+            rounds=rounds if rounds is not None else (2 if quick else 3),
+            threads=threads if threads is not None else (1 if quick else None),
+            quick=quick,
+            ceiling_size=256 if quick else None,
+            memory_calls=1,
+            **options,
+        )
+        return replace(settings, label=settings.label if settings.label is not None else ("quick" if quick else None))

@@ -1,0 +1,45 @@
+"""The sizes the benchmark runs: adding a size is one entry in :data:`CONFIGS` (or :data:`QUICK_CONFIGS`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One benchmarked size: an input ``(batch, num_tokens, d_in)`` and ``num_heads`` heads."""
+
+    name: str
+    batch: int
+    num_tokens: int
+    d_in: int
+    num_heads: int
+    head_dim: int
+    description: str
+
+    @property
+    def d_out(self) -> int:
+        """Total width of all heads (``d_out`` of :class:`MultiHeadAttention`)."""
+        return self.num_heads * self.head_dim
+
+
+def _by_name(*configs: BenchConfig) -> dict[str, BenchConfig]:
+    return {c.name: c for c in configs}
+
+
+#: The sizes of the full run, in the order the book shows them.
+CONFIGS = _by_name(
+    BenchConfig("textbook", 2, 6, 3, 2, 2, "the running example: 2 x 6 tokens, d_in 3, 2 heads of width 2"),
+    BenchConfig("small-4", 8, 256, 256, 4, 64, "batch 8, 256 tokens, width 256, 4 heads of 64"),
+    BenchConfig("small-16", 8, 256, 256, 16, 16, "batch 8, 256 tokens, width 256, 16 heads of 16"),
+    BenchConfig("gpt2-small", 8, 1024, 768, 12, 64, "GPT-2 small: batch 8, 1024 tokens, width 768, 12 heads of 64"),
+)
+
+#: The sizes of ``--quick``: small enough for CI.
+QUICK_CONFIGS = _by_name(
+    CONFIGS["textbook"],
+    BenchConfig("tiny", 2, 32, 32, 4, 8, "batch 2, 32 tokens, width 32, 4 heads of 8"),
+)
+
+#: Every size by name, full and quick.
+ALL_CONFIGS = {**CONFIGS, **QUICK_CONFIGS}

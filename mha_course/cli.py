@@ -1,0 +1,189 @@
+"""The course's command line, all of it: ``python -m mha_course COMMAND`` (or ``mha-course COMMAND``).
+
+Every command's arguments are defined here (the student edition's and the grader's come from
+:mod:`mha_course.exercises.cli_arguments`, which imports neither nbformat nor nbclient); each
+handler imports its tool only when that command runs, so ``--help`` stays quick.
+
+* ``info`` - the package, torch and device in use;
+* ``bench`` - :mod:`mha_course.bench`, the timings of chapter 4;
+* ``specialise`` - :mod:`mha_course.experiments.specialisation`, the experiment of chapter 5;
+* ``student``, ``grade``, ``progress`` and ``lab`` - the student edition, the grader, the learner's
+  progress view, and JupyterLab opened on the student edition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _comma_list(text: str | None) -> list[str] | None:
+    return [part.strip() for part in text.split(",") if part.strip()] if text else None
+
+
+def _fail(command: str, message: str) -> int:
+    print(f"python -m mha_course {command}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _info(args: argparse.Namespace) -> int:
+    import torch
+
+    from . import __version__
+    from .device import get_device
+
+    print(f"mha_course {__version__}, torch {torch.__version__}, device {get_device()}")
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from .bench import BenchSettings, run_benchmark, summary, write_results
+    from .bench.machine import untrustworthy_message
+    from .device import get_device
+
+    try:
+        get_device(args.device)
+    except (ValueError, RuntimeError) as error:
+        return _fail("bench", f"--device {args.device}: {error}")
+    try:
+        settings = BenchSettings.for_command(
+            quick=args.quick, configs=_comma_list(args.configs), min_run_time=args.min_run_time,
+            rounds=args.rounds, threads=args.threads, device=args.device, memory=not args.no_memory,
+            progress=not args.no_progress, label=args.label,
+            **{key: value for key, value in (("implementations", _comma_list(args.implementations)),
+                                            ("modes", _comma_list(args.modes))) if value},
+        )
+    except ValueError as error:
+        return _fail("bench", str(error))
+    results = run_benchmark(settings)
+    paths = write_results(results, args.out, label=settings.label, plot=not args.no_plot)
+    print(summary(results))
+    print("\nwrote " + ", ".join(str(p) for p in paths))
+    warnings = results["meta"]["stability_warnings"]
+    if warnings:
+        print("\n" + untrustworthy_message(warnings), file=sys.stderr)
+    return 0
+
+
+def _add_bench(commands) -> None:
+    bench = commands.add_parser(
+        "bench", help="time every implementation of causal multi-head attention (writes JSON, CSV, PNG)",
+        description="Time the stacked, batched, fused and SDPA implementations (forward and "
+        "forward+backward), with peak memory, page faults, multiply-adds and FLOP/s. The matmul ceiling "
+        "and the machine's load are measured at the start and the end; a run during which they moved "
+        "by more than 10%% ends with a warning that it is not trustworthy.")
+    bench.add_argument("--quick", action="store_true", help="tiny sizes and short timings (seconds; for CI)")
+    bench.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    bench.add_argument("--out", default="bench-results", help="folder for the results (default: bench-results)")
+    bench.add_argument("--label", default=None, help="suffix of the file names, e.g. bench-cpu-LABEL.json")
+    bench.add_argument("--configs", default=None, help="comma-separated sizes (default: all of the mode)")
+    bench.add_argument("--implementations", default=None, help="comma-separated implementations (default: all)")
+    bench.add_argument("--modes", default=None, help="comma-separated: forward, forward+backward (default: both)")
+    bench.add_argument("--min-run-time", type=float, default=None,
+                       help="seconds of timing per implementation, over all rounds (default 1.0; quick 0.02)")
+    bench.add_argument("--rounds", type=int, default=None,
+                       help="timing rounds: the implementations take turns (default 3; quick 2; calls over 1 s: 2)")
+    bench.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice; quick: 1)")
+    bench.add_argument("--no-memory", action="store_true", help="skip peak-memory and page-fault measurements")
+    bench.add_argument("--no-plot", action="store_true", help="do not write the PNG plot")
+    bench.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    bench.set_defaults(handler=_bench)
+
+
+def _specialise(args: argparse.Namespace) -> int:
+    from .experiments.specialisation import (check_experiment_arguments, run_experiment, save_results,
+                                             summary_table)
+
+    try:
+        check_experiment_arguments(args.seeds)
+    except ValueError as error:
+        return _fail("specialise", f"--{error} The book uses --seeds 8.")
+    out = Path(args.out)
+    if out.is_dir():
+        return _fail("specialise", f"--out {out} is a folder; give a file name, e.g. --out "
+                     f"{out / 'specialisation.json'}.")
+    results = run_experiment(args.seeds, progress=not args.no_progress)
+    try:
+        save_results(results, out)
+    except OSError as error:
+        return _fail("specialise", f"could not write --out {out}: {error.strerror or error}.")
+    print(summary_table(results))
+    print(f"wrote {out}")
+    return 0
+
+
+def _add_specialise(commands) -> None:
+    specialise = commands.add_parser(
+        "specialise", help="train the tiny 1-, 2- and 4-head models of chapter 5 and write their results")
+    specialise.add_argument("--seeds", type=int, default=8, help="seeds per head count (default 8)")
+    specialise.add_argument("--out", default="book/data/specialisation.json",
+                            help="JSON file to write (default book/data/specialisation.json)")
+    specialise.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    specialise.set_defaults(handler=_specialise)
+
+
+def _student(args: argparse.Namespace) -> int:
+    from .exercises import student
+
+    return student.main(args)
+
+
+def _grade(args: argparse.Namespace) -> int:
+    from .exercises import grader
+
+    return grader.main(args)
+
+
+def _progress(args: argparse.Namespace) -> int:
+    from .exercises import progress
+
+    return progress.main(args)
+
+
+def _lab(args: argparse.Namespace) -> int:
+    from .exercises import lab
+
+    return lab.main(args)
+
+
+def _add_exercise_commands(commands) -> None:
+    from .exercises import cli_arguments  # cheap: argparse only
+
+    student = commands.add_parser("student", help="write the student edition of the chapter notebooks "
+                                  "(solutions replaced by stubs, outputs cleared)")
+    cli_arguments.add_student_arguments(student)
+    student.set_defaults(handler=_student)
+    grade = commands.add_parser("grade", help="execute completed notebooks and score their exercises")
+    cli_arguments.add_grade_arguments(grade)
+    grade.set_defaults(handler=_grade)
+    progress = commands.add_parser("progress", help="show which exercises of each chapter pass, fail or are not "
+                                   "started (reuses the last grading of unchanged notebooks)")
+    cli_arguments.add_progress_arguments(progress)
+    progress.set_defaults(handler=_progress)
+    lab = commands.add_parser("lab", help="write the student edition into student/ where a notebook is missing "
+                              "(never overwriting your work) and open JupyterLab on it")
+    cli_arguments.add_lab_arguments(lab)
+    lab.set_defaults(handler=_lab)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every command."""
+    parser = argparse.ArgumentParser(prog="python -m mha_course", description="The course's command line.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    info = commands.add_parser("info", help="print the package, torch and device in use")
+    info.set_defaults(handler=_info)
+    _add_bench(commands)
+    _add_specialise(commands)
+    _add_exercise_commands(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` (default: the process's arguments) and run the command; return its exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    return args.handler(args)

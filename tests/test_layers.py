@@ -1,0 +1,112 @@
+"""The layer contract: the core imports nothing else of the package, an aid imports only the core and
+other aids, and every module belongs to a layer.
+
+The layers are defined once, in ``[tool.mha_course.layers]`` of ``pyproject.toml``. Every import
+statement of every module counts, at the top of the file or inside a function.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "mha_course"
+LAYERS: dict[str, list[str]] = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mha_course"]["layers"]
+LAYER_OF = {name: layer for layer, names in LAYERS.items() for name in names}
+MAY_IMPORT = {"core": {"core"}, "aids": {"core", "aids"}, "tools": {"core", "aids", "tools"}}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, top_level_only: bool = False) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every import of the package in the file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    nodes = tree.body if top_level_only else ast.walk(tree)
+    found = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module
+            # `from . import bench` imports the submodule bench: count each imported name that is one.
+            names = [f"{module}.{a.name}" for a in node.names if _is_module(f"{module}.{a.name}")]
+            found += [(node.lineno, name) for name in names] or [(node.lineno, module)]
+    return [(line, name) for line, name in found if name == "mha_course" or name.startswith("mha_course.")]
+
+
+def _is_module(name: str) -> bool:
+    path = REPO.joinpath(*name.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def layer_of(module: str) -> str | None:
+    parts = module.split(".")
+    return "root" if len(parts) == 1 else LAYER_OF.get(parts[1])
+
+
+def violations(path: Path) -> list[str]:
+    """Every import in ``path`` that its layer may not make, as readable lines."""
+    source = module_name(path)
+    layer = layer_of(source)
+    if layer == "root":  # the package's face: core and aids at import time, tools only lazily
+        layer, imports = "aids", imported_modules(path, top_level_only=True)
+    else:
+        imports = imported_modules(path)
+    bad = []
+    for line, target in imports:
+        target_layer = layer_of(target)
+        if target_layer == "root":
+            target_layer = "aids"  # importing the package's public names runs its __init__
+        if target_layer not in MAY_IMPORT[layer]:
+            bad.append(f"{path.relative_to(REPO)}:{line}: {source} ({layer}) imports {target} ({target_layer})")
+    return bad
+
+
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+def test_every_module_belongs_to_a_layer():
+    unassigned = sorted({module_name(p).split(".")[1] for p in MODULES
+                         if module_name(p) != "mha_course" and layer_of(module_name(p)) is None})
+    assert not unassigned, (f"mha_course.{', mha_course.'.join(unassigned)} belongs to no layer: add it to "
+                            "core, aids or tools in [tool.mha_course.layers] of pyproject.toml (see CONTRIBUTING.md).")
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_respect_the_layers(path):
+    bad = violations(path)
+    assert not bad, ("the core imports nothing else of the package and an aid imports only the core and "
+                     "other aids (pyproject.toml, [tool.mha_course.layers]):\n" + "\n".join(bad))
+
+
+def test_the_contract_catches_a_bad_import(tmp_path, monkeypatch):
+    """The check itself: a core module importing an aid, and an aid importing a tool, are both caught."""
+    fake = tmp_path / "mha_course"
+    for name in ("masking", "cost", "bench/__init__", "bench/run", "__init__"):
+        (fake / f"{name}.py").parent.mkdir(parents=True, exist_ok=True)
+    (fake / "masking.py").write_text("from .cost import KINDS\n", encoding="utf-8")
+    (fake / "cost.py").write_text("def f():\n    from .bench import run  # lazily, still a violation\n", encoding="utf-8")
+    (fake / "bench" / "__init__.py").write_text("", encoding="utf-8")
+    (fake / "bench" / "run.py").write_text("from ..cost import KINDS\nfrom .. import masking\n", encoding="utf-8")
+    (fake / "__init__.py").write_text("from .masking import x\ndef __getattr__(name):\n    from .bench import run\n", encoding="utf-8")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    assert violations(fake / "masking.py") == [
+        "mha_course/masking.py:1: mha_course.masking (core) imports mha_course.cost (aids)"]
+    assert violations(fake / "cost.py") == [
+        "mha_course/cost.py:2: mha_course.cost (aids) imports mha_course.bench.run (tools)"]
+    assert violations(fake / "bench" / "run.py") == []  # a tool may import the core and the aids
+    assert violations(fake / "__init__.py") == []  # the root loads tools lazily only

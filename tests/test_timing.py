@@ -1,0 +1,68 @@
+"""The one timing policy: interleaved rotated rounds, the median over rounds, slow calls timed twice.
+
+The measurements are faked, so these tests check the policy, never a wall-clock time.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mha_course import timing
+from mha_course.timing import SLOW_CALL_S, SLOW_ROUNDS, Timing, summarise_samples, time_interleaved
+
+
+@pytest.fixture
+def fake_measure(monkeypatch):
+    """Replace torch.utils.benchmark by a script: each call of name n in round r takes times[n][r]."""
+    calls = []
+
+    def install(times):
+        def seconds(fn) -> float:
+            name = fn()
+            calls.append(name)
+            return times[name][calls.count(name) - 1]
+
+        monkeypatch.setattr(timing, "measure", lambda fn, *args, **kwargs: Timing(seconds(fn), 0.0, 1))
+        monkeypatch.setattr(timing, "time_once", lambda fn: (seconds(fn), None))
+        return calls
+
+    return install
+
+
+def test_rounds_rotate_the_order_and_report_the_median_over_rounds(fake_measure):
+    calls = fake_measure({"a": [5.0, 3.0, 4.0], "b": [9.0, 12.0, 8.0], "c": [1.0, 1.0, 7.0]})
+    timings = time_interleaved({n: (lambda n=n: n) for n in "abc"}, rounds=3, min_run_time=0.3)
+    assert calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]  # each round starts one call later
+    assert {n: t.median for n, t in timings.items()} == {"a": 4.0, "b": 9.0, "c": 1.0}
+    assert timings["c"].iqr == pytest.approx(3.0) and timings["a"].runs == 3
+
+
+def test_a_burst_of_load_in_one_round_barely_moves_the_median(fake_measure):
+    fake_measure({"a": [1.0, 10.0, 1.1, 0.9, 1.0]})
+    assert time_interleaved({"a": lambda: "a"}, rounds=5, min_run_time=0.5)["a"].median == 1.0
+
+
+def test_slow_calls_are_timed_once_in_the_first_rounds_only(fake_measure):
+    calls = fake_measure({"slow": [2.0, 2.2], "quick": [0.1, 0.1, 0.1, 0.1]})
+    timings = time_interleaved({"slow": lambda: "slow", "quick": lambda: "quick"}, rounds=4, min_run_time=1.0,
+                               call_seconds={"slow": SLOW_CALL_S, "quick": 0.1})
+    assert calls.count("slow") == SLOW_ROUNDS and calls.count("quick") == 4
+    assert timings["slow"].median == pytest.approx(2.1) and timings["slow"].runs == SLOW_ROUNDS
+
+
+def test_progress_is_reported_before_each_measurement(fake_measure):
+    fake_measure({"a": [1.0, 1.0], "b": [1.0, 1.0]})
+    seen = []
+    time_interleaved({"a": lambda: "a", "b": lambda: "b"}, rounds=2, min_run_time=0.1,
+                     on_call=lambda r, name: seen.append((r, name)))
+    assert seen == [(0, "a"), (0, "b"), (1, "b"), (1, "a")]
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="rounds must be a whole number of at least 1, got 0"):
+        time_interleaved({"a": print}, rounds=0)
+    with pytest.raises(ValueError, match="calls is empty"):
+        time_interleaved({})
+    with pytest.raises(ValueError, match="samples is empty"):
+        summarise_samples([])
+    assert summarise_samples([2.0]) == Timing(2.0, 0.0, 1)
