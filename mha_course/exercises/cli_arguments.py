@@ -1,4 +1,4 @@
-"""The command-line arguments of ``python -m mha_course student`` and ``... grade``.
+"""The command-line arguments of ``python -m mha_course student``, ``grade``, ``progress`` and ``lab``.
 
 Kept apart from the tools themselves so that building the parser imports neither nbformat nor
 nbclient.
@@ -25,7 +25,32 @@ def add_grade_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("notebooks", nargs="+", type=Path, metavar="NOTEBOOK",
                         help="completed notebooks to grade (each runs on a copy; the file is not changed)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the scores as JSON to FILE")
-    parser.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
-                        help="how long each notebook may run before it is stopped (default: 600)")
-    parser.add_argument("--check-timeout", type=float, default=60.0, metavar="SECONDS",
-                        help="how long the answers to one exercise may run while being checked (default: 60)")
+    add_limit_arguments(parser, jobs=1)
+
+
+def add_limit_arguments(parser: argparse.ArgumentParser, jobs: int) -> None:
+    """The grader's time limits and parallelism (``grade`` and ``progress``)."""
+    parser.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+                        help="how long each notebook may run before it is stopped (default: 120)")
+    parser.add_argument("--cell-timeout", type=float, default=30.0, metavar="SECONDS",
+                        help="how long one cell may run before it is interrupted (default: 30)")
+    parser.add_argument("--check-timeout", type=float, default=30.0, metavar="SECONDS",
+                        help="how long the answer to one exercise may run while being checked (default: 30)")
+    parser.add_argument("--jobs", type=int, default=jobs, metavar="N",
+                        help=f"notebooks graded at the same time (default: {jobs}); with more than one, an edit to "
+                             "the package's files withholds the score of every notebook running when it is found")
+
+
+def add_progress_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("folder", nargs="?", type=Path, default=Path("student"),
+                        help="the folder with your chapter notebooks (default: student/)")
+    add_limit_arguments(parser, jobs=2)
+
+
+def add_lab_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, default=Path("student"),
+                        help="the folder of the student edition to open (default: student/)")
+    parser.add_argument("--no-browser", action="store_true", help="do not open a browser (print the address)")
+    parser.add_argument("--port", type=int, default=None, help="the port JupyterLab listens on")
+    parser.add_argument("jupyter_args", nargs=argparse.REMAINDER, metavar="-- ARGUMENTS",
+                        help="anything after -- is passed on to jupyter lab")

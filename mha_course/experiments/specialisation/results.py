@@ -15,7 +15,8 @@ from ..._validation import check_positive_int
 from ...tables import Table
 from .evaluation import SOLVED_ACCURACY, evaluate, head_role, rounded
 from .task import SpecialisationConfig, check_config, check_head_count
-from .training import progress_bar, train
+from ...progress_bar import progress as progress_line
+from .training import train
 
 #: Where ``python -m mha_course specialise`` writes its results by default (from the repository root).
 DEFAULT_RESULTS_PATH = Path("book") / "data" / "specialisation.json"
@@ -63,7 +64,7 @@ def run_experiment(seeds: int = 8, heads: Sequence[int] = (1, 2, 4), config: Spe
         longer = replace(config, steps=config.steps * long_budget_factor)
         jobs += [(1, seed, longer) for seed in range(seeds)]
     runs = []
-    for num_heads, seed, job_config in progress_bar(jobs, progress, desc="training models", unit="model"):
+    for num_heads, seed, job_config in progress_line(jobs, "training models", enabled=progress):
         run = train(num_heads, seed, job_config)
         runs.append({"num_heads": num_heads, "head_dim": config.d_model // num_heads, "seed": seed,
                      "steps": job_config.steps, "final_loss": rounded(run.losses[-1]), **evaluate(run)})
