@@ -16,7 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "mha_course"
-LAYERS: dict[str, list[str]] = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mha_course"]["layers"]
+LAYERS: dict[str, list[str]] = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mha_course"]["layers"]
 LAYER_OF = {name: layer for layer, names in LAYERS.items() for name in names}
 MAY_IMPORT = {"core": {"core"}, "aids": {"core", "aids"}, "tools": {"core", "aids", "tools"}}
 

@@ -116,7 +116,7 @@ def save_results(results: dict, path: str | Path = DEFAULT_RESULTS_PATH) -> Path
     header = {key: value for key, value in results.items() if key != "runs"}
     lines = [f" {json.dumps(key)}: {json.dumps(value)}," for key, value in header.items()]
     runs = ",\n".join(f"  {json.dumps(run)}" for run in results.get("runs", []))
-    path.write_text("{\n" + "\n".join(lines) + '\n "runs": [\n' + runs + "\n ]\n}\n")
+    path.write_text("{\n" + "\n".join(lines) + '\n "runs": [\n' + runs + "\n ]\n}\n", encoding="utf-8")
     return path
 
 
@@ -126,7 +126,7 @@ def load_results(path: str | Path = DEFAULT_RESULTS_PATH) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"no results at {path}. Regenerate them from the repository root with "
                                 f"`python -m mha_course specialise --out {path}`.")
-    results = json.loads(path.read_text())
+    results = json.loads(path.read_text(encoding="utf-8"))
     missing = {"config", "heads", "runs", "seeds"} - set(results)
     if missing:
         raise ValueError(f"{path} is not a results file of run_experiment: it lacks {sorted(missing)}.")
