@@ -114,8 +114,11 @@ def test_settings_are_checked():
         bench.DecodeSettings(configs=CONFIGS, rounds=0)
     with pytest.raises(ValueError, match=r"unknown configs \['small-4'\]: choose from decode-16"):
         bench.DecodeSettings.for_command(configs=["small-4"])
+    # Every size has a name of its own, full or quick, decoding or not.
+    assert len(bench.ALL_DECODE_CONFIGS) == len(bench.DECODE_CONFIGS) + len(bench.QUICK_DECODE_CONFIGS)
+    assert not set(bench.ALL_DECODE_CONFIGS) & set(bench.ALL_CONFIGS)
     settings = bench.DecodeSettings.for_command()
-    assert [c.num_tokens for c in settings.configs] == [16, 64, 256, 1024]
+    assert [c.num_tokens for c in settings.configs] == [16, 32, 64, 128, 256, 512, 1024]
     assert all((c.d_in, c.num_heads, c.head_dim, c.batch) == (768, 12, 64, 1) for c in settings.configs)
     with pytest.raises(TypeError, match="settings must be a DecodeSettings, got BenchSettings"):
         bench.run_decode_benchmark(bench.BenchSettings(configs=[bench.CONFIGS["textbook"]]))
@@ -126,7 +129,7 @@ def test_quick_command_writes_json_csv_and_plot(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "× faster with cache" in out and "bench-decode-cpu-quick.json" in out
     results = bench.load_results(tmp_path / "bench-decode-cpu-quick.json")
-    assert results["meta"]["quick"] and [c["name"] for c in results["configs"]] == ["decode-8", "decode-32"]
+    assert results["meta"]["quick"] and [c["name"] for c in results["configs"]] == ["decode-tiny-8", "decode-tiny-32"]
     assert (tmp_path / "bench-decode-cpu-quick.csv").exists() and (tmp_path / "bench-decode-cpu-quick.png").exists()
 
 
@@ -139,4 +142,4 @@ def test_command_refuses_options_that_do_not_apply(option, value, tmp_path, caps
 
 def test_command_names_the_decode_sizes(tmp_path, capsys):
     assert cli(["bench", "--decode", "--configs", "gpt2-small", "--out", str(tmp_path)]) == 2
-    assert "unknown configs ['gpt2-small']: choose from decode-16, decode-64" in capsys.readouterr().err
+    assert "unknown configs ['gpt2-small']: choose from decode-16, decode-32, decode-64" in capsys.readouterr().err

@@ -59,7 +59,7 @@ def decode_steps(config: BenchConfig, device, seed: int = 0):
 
     Example:
         >>> from mha_course.bench import QUICK_DECODE_CONFIGS
-        >>> steps, cache = decode_steps(QUICK_DECODE_CONFIGS["decode-8"], "cpu")
+        >>> steps, cache = decode_steps(QUICK_DECODE_CONFIGS["decode-tiny-8"], "cpu")
         >>> torch.allclose(steps["kv_cache"](), steps["recompute"](), atol=1e-6), len(cache)
         (True, 8)
     """

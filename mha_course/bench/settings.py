@@ -111,11 +111,11 @@ class DecodeSettings:
     Example:
         >>> s = DecodeSettings.for_command(quick=True)
         >>> [c.name for c in s.configs], s.min_run_time, s.rounds, s.threads, s.label
-        (['decode-8', 'decode-32'], 0.02, 2, 1, 'quick')
+        (['decode-tiny-8', 'decode-tiny-32'], 0.02, 2, 1, 'quick')
         >>> DecodeSettings.for_command(configs=["decode-16", "small-4"])
         Traceback (most recent call last):
             ...
-        ValueError: unknown configs ['small-4']: choose from decode-16, decode-64, decode-256, decode-1024, decode-8, decode-32.
+        ValueError: unknown configs ['small-4']: choose from decode-16, decode-32, decode-64, decode-128, decode-256, decode-512, decode-1024, decode-tiny-8, decode-tiny-32.
     """
 
     configs: Sequence[BenchConfig]  # the lengths to run (DECODE_CONFIGS or QUICK_DECODE_CONFIGS values)
