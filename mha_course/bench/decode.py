@@ -178,8 +178,9 @@ def decode_rows(results: dict) -> list[tuple[dict, dict]]:
 def decode_table(results: dict) -> Table:
     """Time per generated token with and without the cache, with the ratio measured in the run.
 
-    The last column is the ratio of the multiply-adds of the two steps: recomputing a sequence of
-    ``T`` tokens is ``T`` times the work of the cached step (:func:`mha_course.cost.grouped_query_multiply_adds`).
+    ``× faster`` is the ratio of the two medians; ``× work`` the ratio of the multiply-adds of the
+    two steps: recomputing a sequence of ``T`` tokens is ``T`` times the work of the cached step
+    (:func:`mha_course.cost.grouped_query_multiply_adds`).
     """
     rows = [[recompute["num_tokens"], recompute["median_s"], cached["median_s"],
              recompute["median_s"] / cached["median_s"], cached["cache_bytes"],
@@ -189,10 +190,12 @@ def decode_table(results: dict) -> Table:
     config = results["configs"][0]["description"].split(":")[0] if results.get("configs") else "one layer"
     title = (f"One generated token, {config}: median time per token on {meta['device_name']} "
              f"({meta['device']}, {threads_text(meta)})")
-    return Table(["tokens T", "no cache", "with cache", "× faster with cache", "cache (one layer)",
-                  "× work without cache"], rows, title=title,
-                 formats={"no cache": "time", "with cache": "time", "× faster with cache": ".1f",
-                          "cache (one layer)": "bytes", "× work without cache": ".0f"})
+    notes = ["× faster: the median time without the cache over the one with it, one run.",
+             "cache held: one layer's keys and values, once the new token is in.",
+             "× work: the multiply-adds of recomputing over the cached step's (= T)."]
+    return Table(["tokens T", "no cache", "with cache", "× faster", "cache held", "× work"], rows, title=title,
+                 formats={"no cache": "time", "with cache": "time", "× faster": ".1f", "cache held": "bytes",
+                          "× work": "count"}, notes=notes)
 
 
 def decode_summary(results: dict) -> str:
