@@ -20,7 +20,6 @@ and ``mode = "decode"`` in every row; they are written as ``bench-decode-DEVICE.
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -32,6 +31,7 @@ from ..data import random_batch
 from ..device import get_device
 from ..grouped_query import GroupedQueryAttention
 from ..kv_cache import KVCache
+from ..progress_bar import ProgressBar
 from ..tables import Table
 from ..timing import time_interleaved, time_once
 from .machine import metadata, observe, stability
@@ -107,16 +107,21 @@ def run_decode_benchmark(settings: DecodeSettings) -> dict:
     if settings.threads:
         torch.set_num_threads(settings.threads)
     threads = torch.get_num_threads()
-    configs = settings.configs
-    if settings.progress:
-        from tqdm.auto import tqdm
-
-        configs = tqdm(configs, desc="bench --decode", unit="length", file=sys.stderr)
+    bar = ProgressBar(2 + len(settings.configs), "bench --decode", enabled=settings.progress)
     started = time.perf_counter()
     ceiling_time = min(settings.min_run_time, 0.5)
+    bar.set_note("matmul ceiling and load, at the start")
     start = observe(device, settings.ceiling_size, ceiling_time)
-    rows = [row for config in configs for row in _length(config, device, settings)]
+    bar.update()
+    rows = []
+    for config in settings.configs:
+        bar.set_note(f"{config.name}: recompute and kv_cache")
+        rows += _length(config, device, settings)
+        bar.update()
+    bar.set_note("matmul ceiling and load, at the end")
     end = observe(device, settings.ceiling_size, ceiling_time)
+    bar.update()
+    bar.close()
     seconds = time.perf_counter() - started
     stable = stability(start, end, threads=threads, seconds=seconds)
     for row in rows:
