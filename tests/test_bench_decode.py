@@ -94,7 +94,7 @@ def test_written_files_round_trip(results, tmp_path):
     assert [p.name for p in paths] == ["bench-decode-cpu-test.json", "bench-decode-cpu-test.csv",
                                        "bench-decode-cpu-test.png"]
     assert bench.load_results(paths[0]) == results
-    with paths[1].open() as handle:
+    with paths[1].open(encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
     assert list(rows[0]) == DECODE_CSV_FIELDS and len(rows) == 2 * len(LENGTHS)
     assert rows[1]["implementation"] == "kv_cache" and float(rows[1]["cache_bytes"]) > 0
