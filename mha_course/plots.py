@@ -382,3 +382,145 @@ def plot_cost_regimes(points):
     fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=8.5, frameon=False)
     fig.tight_layout(rect=(0, 0.3 / (2.55 * rows + 0.45) * (1 + (len(labels) > 3)), 1, 1))
     return fig
+
+
+# --- Sharing keys and values (chapter 6): who reads which key/value head, and what the cache holds ---
+
+#: Sizes of the chapter 6 figures: the book's text column at 1280 px is about 730 px, so a figure
+#: 7.3 in wide at 100 dpi is shown at its own size and 9 pt text is 12.5 px on screen.
+_COLUMN_INCHES = 7.3
+_KIND_STYLES = {  # colour (viridis, dark to light, so greyscale keeps the order), marker, line style
+    "multi-head": (plt.get_cmap("viridis")(0.0), "o", "-"),
+    "grouped-query": (plt.get_cmap("viridis")(0.45), "s", "--"),
+    "multi-query": (plt.get_cmap("viridis")(0.8), "^", ":"),
+}
+
+
+def _kv_box(ax, x, y, width, height, text, colour, fontsize=9.5):
+    ax.add_patch(FancyBboxPatch((x - width / 2, y - height / 2), width, height,
+                                boxstyle="round,pad=0.02,rounding_size=0.08", linewidth=1.3,
+                                edgecolor=colour, facecolor=(*to_rgb(colour), 0.18)))
+    ax.text(x, y, text, ha="center", va="center", fontsize=fontsize, color="black")
+
+
+def plot_kv_sharing(num_heads: int = 8, kv_groups: Sequence[int] = (8, 2, 1)):
+    """Draw which key/value head each query head reads, one row per number of key/value groups.
+
+    Query heads are numbered 1 to ``num_heads`` on top; below them sit the ``num_kv_groups``
+    key/value heads, each under the consecutive query heads of its group (query head ``i`` reads
+    key/value head ``i // (num_heads // num_kv_groups)``, counting from 0), joined to them by a
+    line in the group's colour. ``num_kv_groups == num_heads`` is multi-head attention, ``1`` is
+    multi-query attention, anything between is grouped-query attention. Each row also says what
+    fraction of the multi-head cache its key/value heads need.
+
+    Example:
+        >>> fig = plot_kv_sharing(4, kv_groups=(4, 2, 1))
+        >>> [t.get_text() for t in fig.axes[0].texts if t.get_text().startswith("KV")][:3]
+        ['KV1', 'KV2', 'KV3']
+        >>> [line.get_gid() for line in fig.axes[1].lines]  # query head -> key/value head
+        ['Q1-KV1', 'Q2-KV1', 'Q3-KV2', 'Q4-KV2']
+    """
+    num_heads = check_positive_int("num_heads", num_heads)
+    kv_groups = [check_positive_int("kv_groups", g) for g in kv_groups]
+    if not kv_groups:
+        raise ValueError("kv_groups is empty: pass the numbers of key/value heads to draw, e.g. (8, 2, 1).")
+    for groups in kv_groups:
+        if num_heads % groups:
+            divisors = ", ".join(str(n) for n in range(1, num_heads + 1) if num_heads % n == 0)
+            raise ValueError(f"kv_groups holds {groups}, which does not divide num_heads ({num_heads}): each "
+                             f"key/value head serves the same number of query heads. Choose among {divisors}.")
+    fig, axes = plt.subplots(len(kv_groups), 1, figsize=(_COLUMN_INCHES, 1.75 * len(kv_groups) + 0.1),
+                             squeeze=False)
+    step = 1.0
+    width, height = 0.72, 0.42
+    label_x = -0.9
+    for ax, groups in zip(axes[:, 0], kv_groups):
+        size = num_heads // groups
+        ax.set_xlim(label_x - 1.25, num_heads * step - 0.3)
+        ax.set_ylim(-0.45, 1.75)
+        ax.axis("off")
+        colours = [plt.get_cmap("viridis")(0.9 * g / max(groups - 1, 1)) for g in range(groups)]
+        if groups == num_heads:
+            kind = f"multi-head: {groups} key/value heads, one per query head"
+        elif groups == 1:
+            kind = f"multi-query: 1 key/value head for all {num_heads} query heads"
+        else:
+            kind = f"grouped-query: {groups} key/value heads, each read by {size} query heads"
+        ax.text(label_x - 1.2, 1.58, kind, ha="left", va="center", fontsize=10, weight="bold")
+        ax.text(num_heads * step - 0.32, 1.58, f"cache: {groups}/{num_heads} of multi-head", ha="right",
+                va="center", fontsize=9.5)
+        ax.text(label_x, 1.0, "query\nheads", ha="center", va="center", fontsize=9)
+        ax.text(label_x, 0.0, "key/value\nheads", ha="center", va="center", fontsize=9)
+        for g in range(groups):
+            centre = (g * size + (size - 1) / 2) * step
+            box_width = (size - 1) * step + width
+            _kv_box(ax, centre, 0.0, box_width, height, f"KV{g + 1}", colours[g])
+        for q in range(num_heads):
+            g = q // size
+            _kv_box(ax, q * step, 1.0, width, height, f"Q{q + 1}", colours[g])
+            ax.plot([q * step, q * step], [1.0 - height / 2, height / 2], color=colours[g], lw=1.8,
+                    gid=f"Q{q + 1}-KV{g + 1}")
+    fig.tight_layout(h_pad=0.4)
+    return fig
+
+
+def plot_kv_cache_growth(shapes=None, bytes_per_number: int = 2, smallest: int = 16):
+    """Cache size against context length for multi-head, grouped-query and multi-query attention.
+
+    One panel per model shape (default: :data:`mha_course.cost.MODEL_SHAPES`, GPT-2 small and a
+    Llama-style shape), log-log axes from ``smallest`` tokens to the shape's context length,
+    one line per kind (colour, marker and line style all differ), labelled at the right end with
+    the cache at the full context; each panel's title gives the key/value heads of the three kinds. The sizes are :func:`mha_course.cost.kv_cache_bytes` of one
+    sequence at ``bytes_per_number`` bytes per number (2: float16 or bfloat16).
+
+    Example:
+        >>> fig = plot_kv_cache_growth()
+        >>> [line.get_label() for line in fig.axes[0].lines]
+        ['multi-head', 'grouped-query', 'multi-query']
+        >>> fig.axes[0].texts[-1].get_text()  # multi-query, GPT-2 small, 1024 tokens
+        '3.00 MiB'
+    """
+    from .cost import MODEL_SHAPES, kv_cache_bytes
+    from .tables import format_bytes
+
+    shapes = list((shapes or MODEL_SHAPES).values()) if isinstance(shapes or MODEL_SHAPES, dict) else list(shapes)
+    if not shapes:
+        raise ValueError("shapes is empty: pass model shapes, e.g. mha_course.cost.MODEL_SHAPES.")
+    smallest = check_positive_int("smallest", smallest)
+    fig, axes = plt.subplots(1, len(shapes), figsize=(_COLUMN_INCHES, 3.6), squeeze=False)
+    for ax, shape in zip(axes[0], shapes):
+        if smallest >= shape.context_length:
+            raise ValueError(f"smallest ({smallest}) must be below {shape.name}'s context length "
+                             f"({shape.context_length}).")
+        lengths = [smallest]
+        while lengths[-1] * 2 < shape.context_length:
+            lengths.append(lengths[-1] * 2)
+        lengths.append(shape.context_length)
+        for kind, kv_heads in shape.kv_heads().items():
+            colour, marker, style = _KIND_STYLES[kind]
+            sizes = [kv_cache_bytes(shape.num_layers, kv_heads, shape.head_dim, t, 1, bytes_per_number)
+                     for t in lengths]
+            ax.plot(lengths, sizes, linestyle=style, marker=marker, markersize=4.5, color=colour, lw=1.8,
+                    label=kind)
+            ax.annotate(format_bytes(sizes[-1]), (lengths[-1], sizes[-1]), xytext=(4, 0),
+                        textcoords="offset points", va="center", ha="left", fontsize=9)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: format_bytes(value)))
+        ticks = lengths[:: max(1, -(-(len(lengths) - 1) // 3))]  # about four ticks, the context last
+        ticks += [] if ticks[-1] == lengths[-1] else [lengths[-1]]
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.minorticks_off()
+        ax.tick_params(labelsize=9)
+        ax.set_xlabel("tokens in the cache", fontsize=9.5)
+        heads = ", ".join(str(n) for n in shape.kv_heads().values())
+        ax.set_title(f"{shape.name}: {shape.num_layers} layers, $d_h$ = {shape.head_dim}\n"
+                     f"{shape.num_heads} query heads; key/value heads {heads}", fontsize=9.5)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.set_xlim(lengths[0] / 1.4, shape.context_length * 3.5)  # room for the labels at the right end
+    axes[0][0].set_ylabel(f"cache, one sequence ({bytes_per_number} bytes per number)", fontsize=9.5)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9.5, frameon=False,
+               handlelength=2.6)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    return fig

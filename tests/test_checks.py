@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 
+import chapter6_answers
 from mha_course import CausalAttention, MultiHeadAttention, check
 from mha_course.exercises import EXERCISES, run_check
 from mha_course.exercises.chapter1 import head_variant, reference_head
@@ -377,6 +378,10 @@ WRONG = {
     ("5.2", "size-fixed"): _scores_fixed_size,
     ("3.4", "bias-always"): _size(parameters=lambda d, h, t, b: 4 * d * d + 4 * d),
 }
+
+# Chapter 6's answers live in their own module (its checks draw fresh inputs on every run).
+CORRECT.update(chapter6_answers.CORRECT)
+WRONG.update(chapter6_answers.WRONG)
 
 CATALOGUE = [(exercise.id, mistake) for exercise in EXERCISES.values() for mistake in exercise.mistakes]
 

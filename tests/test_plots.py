@@ -194,3 +194,84 @@ def test_visibility_marks_mean_the_same_as_the_printed_tables():
     marks = _texts(fig)
     assert set(marks) == {"✓", "✗"} and marks.count("✓") == 10
     plt.close(fig)
+
+
+# --- Sharing keys and values (chapter 6) ----------------------------------------------------------
+
+import io  # noqa: E402
+
+from matplotlib.text import Text  # noqa: E402
+
+from mha_course.plots import plot_kv_cache_growth, plot_kv_sharing  # noqa: E402
+
+COLUMN_PX = 730  # the book's text column at 1280 px
+
+
+def _smallest_displayed_px(fig) -> float:
+    """The smallest text of ``fig`` in pixels as the book shows it (at most a column wide, at 100 dpi)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")  # as the notebook's inline backend
+    width_px = plt.imread(io.BytesIO(buffer.getvalue())).shape[1]
+    shrink = min(1.0, COLUMN_PX / width_px)
+    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    return min(sizes) * 100 / 72 * shrink
+
+
+@pytest.mark.parametrize("num_heads,kv_groups", [(8, (8, 2, 1)), (6, (3,)), (4, (4, 1))])
+def test_kv_sharing_joins_each_query_head_to_its_groups_key_value_head(num_heads, kv_groups):
+    fig = plot_kv_sharing(num_heads, kv_groups)
+    assert len(fig.axes) == len(kv_groups)
+    for ax, groups in zip(fig.axes, kv_groups):
+        texts = [t.get_text() for t in ax.texts]
+        assert [t for t in texts if t.startswith("Q")] == [f"Q{q + 1}" for q in range(num_heads)]
+        assert [t for t in texts if t.startswith("KV")] == [f"KV{g + 1}" for g in range(groups)]
+        size = num_heads // groups  # consecutive query heads share a key/value head: repeat_interleave
+        assert [line.get_gid() for line in ax.lines] == [f"Q{q + 1}-KV{q // size + 1}" for q in range(num_heads)]
+        assert f"cache: {groups}/{num_heads} of multi-head" in texts
+        colours = {line.get_gid().split("-")[1]: line.get_color() for line in ax.lines}
+        assert len({tuple(c) for c in colours.values()}) == groups  # one colour per key/value head
+    plt.close(fig)
+
+
+def test_kv_sharing_names_the_three_kinds():
+    fig = plot_kv_sharing(8, (8, 2, 1))
+    titles = [next(t.get_text() for t in ax.texts if ":" in t.get_text() and "cache" not in t.get_text())
+              for ax in fig.axes]
+    assert titles == ["multi-head: 8 key/value heads, one per query head",
+                      "grouped-query: 2 key/value heads, each read by 4 query heads",
+                      "multi-query: 1 key/value head for all 8 query heads"]
+    plt.close(fig)
+
+
+def test_kv_cache_growth_draws_the_formula():
+    from mha_course.cost import MODEL_SHAPES, kv_cache_bytes
+
+    fig = plot_kv_cache_growth(bytes_per_number=2)
+    for ax, shape in zip(fig.axes, MODEL_SHAPES.values()):
+        lines = {line.get_label(): line for line in ax.lines}
+        assert list(lines) == ["multi-head", "grouped-query", "multi-query"]
+        for kv_heads, line in zip(shape.kv_heads().values(), lines.values()):
+            tokens, sizes = line.get_data()
+            assert tokens[0] == 16 and tokens[-1] == shape.context_length
+            assert list(sizes) == [kv_cache_bytes(shape.num_layers, kv_heads, shape.head_dim, t, 1, 2) for t in tokens]
+        assert len({(line.get_linestyle(), line.get_marker()) for line in ax.lines}) == 3  # apart in greyscale
+    assert [t.get_text() for t in fig.axes[1].texts] == ["4.00 GiB", "1.00 GiB", "128 MiB"]
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("draw", [lambda: plot_kv_sharing(8, (8, 2, 1)), plot_kv_cache_growth],
+                         ids=["kv_sharing", "kv_cache_growth"])
+def test_chapter_6_figures_keep_text_readable(draw):
+    fig = draw()
+    assert fig.get_size_inches()[0] == pytest.approx(7.3)
+    assert _smallest_displayed_px(fig) >= 9
+    plt.close(fig)
+
+
+def test_chapter_6_figures_reject_bad_arguments():
+    with pytest.raises(ValueError, match=r"kv_groups holds 3, which does not divide num_heads \(8\).*1, 2, 4, 8"):
+        plot_kv_sharing(8, (8, 3))
+    with pytest.raises(ValueError, match="kv_groups is empty"):
+        plot_kv_sharing(8, ())
+    with pytest.raises(ValueError, match=r"smallest \(2048\) must be below GPT-2 small's context length \(1024\)"):
+        plot_kv_cache_growth(smallest=2048)
