@@ -5,7 +5,8 @@ Every command's arguments are defined here (the student edition's and the grader
 handler imports its tool only when that command runs, so ``--help`` stays quick.
 
 * ``info`` - the package, torch and device in use;
-* ``bench`` - :mod:`mha_course.bench`, the timings of chapter 4;
+* ``bench`` - :mod:`mha_course.bench`, the timings of chapter 4 (and, with ``--decode``, of
+  generating one token with and without a key/value cache, chapter 6);
 * ``specialise`` - :mod:`mha_course.experiments.specialisation`, the experiment of chapter 5;
 * ``student``, ``grade``, ``progress`` and ``lab`` - the student edition, the grader, the learner's
   progress view, and JupyterLab opened on the student edition.
@@ -46,6 +47,8 @@ def _bench(args: argparse.Namespace) -> int:
         get_device(args.device)
     except (ValueError, RuntimeError) as error:
         return _fail("bench", f"--device {args.device}: {error}")
+    if args.decode:
+        return _bench_decode(args)
     try:
         settings = BenchSettings.for_command(
             quick=args.quick, configs=_comma_list(args.configs), min_run_time=args.min_run_time,
@@ -66,6 +69,31 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_decode(args: argparse.Namespace) -> int:
+    from .bench import DecodeSettings, decode_summary, run_decode_benchmark, write_results
+    from .bench.machine import untrustworthy_message
+
+    for option, value in (("--implementations", args.implementations), ("--modes", args.modes)):
+        if value:
+            return _fail("bench", f"{option} does not apply to --decode, which always times one generated token "
+                         "two ways (recompute, kv_cache); leave it out.")
+    try:
+        settings = DecodeSettings.for_command(
+            quick=args.quick, configs=_comma_list(args.configs), min_run_time=args.min_run_time,
+            rounds=args.rounds, threads=args.threads, device=args.device, progress=not args.no_progress,
+            label=args.label)
+    except ValueError as error:
+        return _fail("bench", str(error))
+    results = run_decode_benchmark(settings)
+    paths = write_results(results, args.out, label=settings.label, plot=not args.no_plot)
+    print(decode_summary(results))
+    print("\nwrote " + ", ".join(str(p) for p in paths))
+    warnings = results["meta"]["stability_warnings"]
+    if warnings:
+        print("\n" + untrustworthy_message(warnings), file=sys.stderr)
+    return 0
+
+
 def _add_bench(commands) -> None:
     bench = commands.add_parser(
         "bench", help="time every implementation of causal multi-head attention (writes JSON, CSV, PNG)",
@@ -74,10 +102,14 @@ def _add_bench(commands) -> None:
         "and the machine's load are measured at the start and the end; a run during which they moved "
         "by more than 10%% ends with a warning that it is not trustworthy.")
     bench.add_argument("--quick", action="store_true", help="tiny sizes and short timings (seconds; for CI)")
+    bench.add_argument("--decode", action="store_true",
+                       help="time one generated token with and without a KV cache, at several lengths "
+                       "(chapter 6; writes bench-decode-DEVICE.json, .csv, .png)")
     bench.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     bench.add_argument("--out", default="bench-results", help="folder for the results (default: bench-results)")
     bench.add_argument("--label", default=None, help="suffix of the file names, e.g. bench-cpu-LABEL.json")
-    bench.add_argument("--configs", default=None, help="comma-separated sizes (default: all of the mode)")
+    bench.add_argument("--configs", default=None,
+                       help="comma-separated sizes (default: all of the mode; with --decode, decode-16 ... decode-1024)")
     bench.add_argument("--implementations", default=None, help="comma-separated implementations (default: all)")
     bench.add_argument("--modes", default=None, help="comma-separated: forward, forward+backward (default: both)")
     bench.add_argument("--min-run-time", type=float, default=None,

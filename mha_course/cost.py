@@ -209,3 +209,144 @@ def score_memory_bytes(batch: int, num_heads: int, num_tokens: int, bytes_per_el
                         ("bytes_per_element", bytes_per_element)):
         check_positive_int(name, value)
     return batch * num_heads * num_tokens * num_tokens * bytes_per_element
+
+
+# ----------------------------------------------------------------------------------------------
+# Sharing keys and values (chapter 6): the key/value cache and the work of one generated token
+
+
+def _kv_heads(num_heads: int, num_kv_groups: int) -> int:
+    num_heads = check_positive_int("num_heads", num_heads)
+    num_kv_groups = check_positive_int("num_kv_groups", num_kv_groups)
+    if num_heads % num_kv_groups:
+        raise ValueError(f"num_kv_groups ({num_kv_groups}) must divide num_heads ({num_heads}): each "
+                         "key/value head serves num_heads // num_kv_groups query heads.")
+    return num_kv_groups
+
+
+def kv_cache_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, bytes_per_number: int = 4) -> int:
+    """Bytes a key/value cache adds for every token a model has seen: ``2 · layers · kv_heads · d_h · bytes``.
+
+    Every attention layer keeps, for every token, one key and one value of width ``head_dim`` per
+    key/value head (the factor 2). Query heads do not count: only ``num_kv_heads`` does, which is
+    ``num_heads`` for multi-head attention, ``num_kv_groups`` for grouped-query attention and 1
+    for multi-query attention. Float32 has 4 bytes per number, float16 and bfloat16 have 2.
+
+    Example:
+        >>> kv_cache_bytes_per_token(num_layers=12, num_kv_heads=12, head_dim=64, bytes_per_number=2)
+        36864
+        >>> kv_cache_bytes_per_token(12, num_kv_heads=1, head_dim=64, bytes_per_number=2)  # multi-query
+        3072
+    """
+    for name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
+                        ("bytes_per_number", bytes_per_number)):
+        check_positive_int(name, value)
+    return 2 * num_layers * num_kv_heads * head_dim * bytes_per_number
+
+
+def kv_cache_bytes(num_layers: int, num_kv_heads: int, head_dim: int, num_tokens: int, batch: int = 1,
+                   bytes_per_number: int = 4) -> int:
+    """Bytes of a full key/value cache: per token (:func:`kv_cache_bytes_per_token`) times tokens times batch.
+
+    The cache grows in proportion to the tokens held, and every sequence of a batch has its own.
+
+    Example:
+        >>> kv_cache_bytes(12, 12, 64, num_tokens=1024, bytes_per_number=2) / 2**20  # MiB, GPT-2 small
+        36.0
+    """
+    num_tokens = check_positive_int("num_tokens", num_tokens)
+    batch = check_positive_int("batch", batch)
+    return kv_cache_bytes_per_token(num_layers, num_kv_heads, head_dim, bytes_per_number) * num_tokens * batch
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What a model's key/value cache depends on: its attention layers' shape and its context.
+
+    ``num_kv_groups`` is the grouped-query setting to show for the model; :meth:`kv_heads` gives
+    the key/value heads of each way of sharing.
+    """
+
+    name: str
+    num_layers: int
+    num_heads: int  # query heads per layer
+    head_dim: int
+    num_kv_groups: int  # key/value heads of its grouped-query variant
+    context_length: int
+
+    def kv_heads(self) -> dict[str, int]:
+        """Key/value heads per layer for each kind: multi-head, grouped-query, multi-query.
+
+        Example:
+            >>> MODEL_SHAPES["llama-style"].kv_heads()
+            {'multi-head': 32, 'grouped-query': 8, 'multi-query': 1}
+        """
+        return {"multi-head": self.num_heads,
+                "grouped-query": _kv_heads(self.num_heads, self.num_kv_groups),
+                "multi-query": 1}
+
+
+#: The shapes chapter 6 compares: GPT-2 small (12 layers of 12 heads of width 64, 1024 tokens; its
+#: grouped-query variant with 4 groups is for illustration, GPT-2 itself is multi-head) and a
+#: Llama-style shape (32 layers, 32 query heads of width 128 in 8 key/value groups, 8192 tokens).
+MODEL_SHAPES = {
+    "gpt2-small": ModelShape("GPT-2 small", num_layers=12, num_heads=12, head_dim=64, num_kv_groups=4,
+                             context_length=1024),
+    "llama-style": ModelShape("Llama-style", num_layers=32, num_heads=32, head_dim=128, num_kv_groups=8,
+                              context_length=8192),
+}
+
+
+def kv_cache_sizes(shape: ModelShape, bytes_per_number: int = 2, batch: int = 1) -> list[dict]:
+    """The cache of each kind of attention at one model shape: per token and at its full context.
+
+    Returns:
+        One dict per kind (``multi-head``, ``grouped-query``, ``multi-query``) with keys ``kind``,
+        ``kv_heads``, ``bytes_per_token``, ``bytes_at_context`` (``shape.context_length`` tokens
+        for ``batch`` sequences) and ``vs_multi_head`` (the fraction of the multi-head cache).
+
+    Example:
+        >>> [(r["kind"], r["bytes_per_token"]) for r in kv_cache_sizes(MODEL_SHAPES["gpt2-small"])]
+        [('multi-head', 36864), ('grouped-query', 12288), ('multi-query', 3072)]
+    """
+    rows = []
+    for kind, kv_heads in shape.kv_heads().items():
+        per_token = kv_cache_bytes_per_token(shape.num_layers, kv_heads, shape.head_dim, bytes_per_number)
+        rows.append({"kind": kind, "kv_heads": kv_heads, "bytes_per_token": per_token,
+                     "bytes_at_context": per_token * shape.context_length * batch,
+                     "vs_multi_head": kv_heads / shape.num_heads})
+    return rows
+
+
+def grouped_query_multiply_adds(batch: int, num_new: int, d_in: int, d_out: int, num_heads: int,
+                                num_kv_groups: int, num_cached: int = 0) -> MultiplyAdds:
+    """Multiply-adds of one call of ``GroupedQueryAttention`` on ``num_new`` tokens after ``num_cached`` cached ones.
+
+    The new tokens get queries, keys and values (the key and value projections are
+    ``num_kv_groups * head_dim`` wide); each new token's query meets the keys of all
+    ``num_cached + num_new`` positions (the full rectangle, as the code computes it before the
+    mask). Generating one token *without* a cache recomputes the whole sequence
+    (``num_new = T, num_cached = 0``); *with* a cache it is ``num_new = 1, num_cached = T - 1``.
+
+    Example:
+        >>> recompute = grouped_query_multiply_adds(1, 1024, 768, 768, 12, 12)
+        >>> cached = grouped_query_multiply_adds(1, 1, 768, 768, 12, 12, num_cached=1023)
+        >>> recompute.total / cached.total  # the whole sequence is 1024 tokens' work
+        1024.0
+    """
+    batch = check_positive_int("batch", batch)
+    num_new = check_positive_int("num_new", num_new)
+    d_in = check_positive_int("d_in", d_in)
+    d_out = check_positive_int("d_out", d_out)
+    head_dim = check_divisible(d_out, check_positive_int("num_heads", num_heads))
+    kv_width = _kv_heads(num_heads, num_kv_groups) * head_dim
+    if isinstance(num_cached, bool) or not isinstance(num_cached, int) or num_cached < 0:
+        raise ValueError(f"num_cached must be a whole number of 0 or more, got {num_cached!r}.")
+    tokens = batch * num_new
+    positions = num_cached + num_new
+    return MultiplyAdds(
+        projections=tokens * d_in * (d_out + 2 * kv_width),
+        scores=batch * num_heads * num_new * positions * head_dim,
+        weighted_sum=batch * num_heads * num_new * positions * head_dim,
+        out_proj=tokens * d_out * d_out,
+    )

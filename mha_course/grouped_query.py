@@ -41,15 +41,19 @@ def _check_groups(num_kv_groups, num_heads: int) -> int:
     return num_kv_groups
 
 
-def _mean_per_group(t: torch.Tensor, num_kv_groups: int, head_dim: int) -> torch.Tensor:
-    """Average the heads of each group: ``(num_heads * d_h, ...) -> (num_kv_groups * d_h, ...)``.
+def _mean_per_group(
+    t: torch.Tensor, num_kv_groups: int, head_dim: int
+) -> torch.Tensor:
+    """Average the heads of each group: ``(h * d_h, ...) -> (g * d_h, ...)``.
 
-    ``t`` is a key or value projection's weight ``(h * d_h, d_in)`` or bias ``(h * d_h,)``; group
-    ``g`` is made of the consecutive heads ``g*r`` to ``g*r + r - 1``.
+    ``t`` is a key or value projection's weight ``(h * d_h, d_in)`` or bias
+    ``(h * d_h,)``; group ``g`` is made of the consecutive heads ``g*r`` to
+    ``g*r + r - 1``.
     """
     rest = t.shape[1:]  # (d_in,) for a weight, () for a bias
     grouped = t.reshape(num_kv_groups, -1, head_dim, *rest)  # (g, r, d_h, ...)
-    return grouped.mean(dim=1).reshape(num_kv_groups * head_dim, *rest)  # (g * d_h, ...)
+    pooled = grouped.mean(dim=1)  # (g, d_h, ...): each group's mean head
+    return pooled.reshape(num_kv_groups * head_dim, *rest)  # (g * d_h, ...)
 
 
 class GroupedQueryAttention(nn.Module):
@@ -102,32 +106,41 @@ class GroupedQueryAttention(nn.Module):
         self.group_size = self.num_heads // self.num_kv_groups
         qkv_bias = check_bool("qkv_bias", qkv_bias)
         self.W_query = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
-        # New in this class: one key head and one value head per group, not per query head.
-        self.W_key = nn.Linear(self.d_in, self.num_kv_groups * self.head_dim, bias=qkv_bias)
-        self.W_value = nn.Linear(self.d_in, self.num_kv_groups * self.head_dim, bias=qkv_bias)
+        # New in this class: one key head and one value head per group, not per
+        # query head, so the key and value projections are narrower than d_out.
+        kv_width = self.num_kv_groups * self.head_dim
+        self.W_key = nn.Linear(self.d_in, kv_width, bias=qkv_bias)
+        self.W_value = nn.Linear(self.d_in, kv_width, bias=qkv_bias)
         self.out_proj = nn.Linear(self.d_out, self.d_out)
         self.dropout = nn.Dropout(check_dropout(dropout))
         self.register_buffer("mask", causal_mask(self.context_length))
         self.register_load_state_dict_pre_hook(check_loaded_mask)  # a loaded mask must be causal
 
-    def _weights_and_values(self, x: torch.Tensor, cache: KVCache | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _weights_and_values(
+        self, x: torch.Tensor, cache: KVCache | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         check_input(x, self.d_in, self.context_length, like=self.W_query.weight)
-        start = self._cached_length(cache, x.shape[1])  # absolute position of x's first token
+        start = self._cached_length(cache, x.shape[1])  # x's first position
         end = start + x.shape[1]
         queries = split_heads(self.W_query(x), self.num_heads)  # (B, h, T, d_h)
         keys = split_heads(self.W_key(x), self.num_kv_groups)  # (B, g, T, d_h)
         values = split_heads(self.W_value(x), self.num_kv_groups)  # (B, g, T, d_h)
         if cache is not None:
-            keys, values = cache.append(keys, values)  # (B, g, start + T, d_h): the past, then x
-        # Each key/value head serves the group_size query heads of its group: g0 g0 g1 g1 ...
-        keys = keys.repeat_interleave(self.group_size, dim=1)  # (B, h, start + T, d_h)
-        values = values.repeat_interleave(self.group_size, dim=1)  # (B, h, start + T, d_h)
+            # The past, then x: (B, g, start + T, d_h) each.
+            keys, values = cache.append(keys, values)
+        # Each key/value head serves the group_size query heads of its group,
+        # g0 g0 g1 g1 ... (repeat_interleave; repeat would give g0 g1 g0 g1 ...).
+        r = self.group_size
+        keys = keys.repeat_interleave(r, dim=1)  # (B, h, start + T, d_h)
+        values = values.repeat_interleave(r, dim=1)  # (B, h, start + T, d_h)
         queries = queries * self.head_dim**-0.5
         scores = queries @ keys.transpose(2, 3)  # (B, h, T, start + T)
-        # Rows are x's positions start .. end-1, columns every position up to end-1: the cached
-        # past is visible to all of them, and within x the usual causal triangle applies.
+        # Rows are x's positions start .. end-1, columns every position up to
+        # end-1: the cached past is visible to all of them, and within x the
+        # usual causal triangle applies.
         scores.masked_fill_(self.mask[start:end, :end], float("-inf"))
-        return torch.softmax(scores, dim=-1), values  # (B, h, T, start + T), (B, h, start + T, d_h)
+        weights = torch.softmax(scores, dim=-1)  # (B, h, T, start + T)
+        return weights, values
 
     def _cached_length(self, cache: KVCache | None, num_new: int) -> int:
         if cache is None:

@@ -90,10 +90,11 @@ class KVCache:
         if self.keys is None:
             self.keys, self.values = keys, values
         else:
-            # Concatenation copies the cache at every step; simple, and small next to recomputing
-            # the keys and values of the whole prefix.
-            self.keys = torch.cat([self.keys, keys], dim=2)  # (B, g, T_cached + T_new, d_h)
-            self.values = torch.cat([self.values, values], dim=2)  # (B, g, T_cached + T_new, d_h)
+            # Concatenation copies the whole cache at every step: simple, and
+            # small next to recomputing the keys and values of the prefix.
+            # (B, g, T_cached + T_new, d_h) each:
+            self.keys = torch.cat([self.keys, keys], dim=2)
+            self.values = torch.cat([self.values, values], dim=2)
         return self.keys, self.values
 
     def _check(self, keys: torch.Tensor, values: torch.Tensor) -> None:

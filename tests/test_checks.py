@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
+import chapter6_answers
 import mha_course
 from mha_course import CausalAttention, MultiHeadAttention, MultiHeadAttentionWrapper, check
 from mha_course.exercises import EXERCISES, run_check
@@ -682,6 +683,10 @@ WRONG = {
     ("5.1", "accuracy-not-drop"): _drop(_columns, result="accuracy"),
     ("5.1", "position-zero-counted"): _drop(_columns, all_positions=True),
 }
+
+# Chapter 6's answers live in their own module (its checks draw fresh inputs on every run).
+CORRECT.update(chapter6_answers.CORRECT)
+WRONG.update(chapter6_answers.WRONG)
 
 CATALOGUE = [(exercise.id, mistake) for exercise in EXERCISES.values() for mistake in exercise.mistakes]
 

@@ -115,3 +115,87 @@ def test_cost_by_heads_rejects_bad_arguments():
         cost_by_heads("model_width_fixed", [1, 5], batch=1, num_tokens=4, d_in=4, width=12)
     with pytest.raises(ValueError, match="kind must be 'batched' or 'wrapper'"):
         cost_by_heads("model_width_fixed", [1], batch=1, num_tokens=4, d_in=4, width=4, kind="causal")
+
+
+# --- Sharing keys and values: the cache's bytes and one generated token's work -----------------
+
+from mha_course import GroupedQueryAttention, KVCache  # noqa: E402
+from mha_course.cost import (MODEL_SHAPES, grouped_query_multiply_adds, kv_cache_bytes,  # noqa: E402
+                             kv_cache_bytes_per_token, kv_cache_sizes)
+
+
+@settings(max_examples=15, deadline=None)
+@given(num_layers=st.integers(1, 3), num_heads=st.sampled_from([1, 2, 4, 6]), group_index=st.integers(0, 3),
+       head_dim=st.integers(1, 4), batch=st.integers(1, 3), tokens=st.integers(1, 6),
+       dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float64]))
+def test_cache_bytes_formula_matches_the_cache_tensors(num_layers, num_heads, group_index, head_dim, batch, tokens,
+                                                       dtype):
+    """A stack of layers, each with its own cache, fed token by token: the formula is what the tensors hold."""
+    divisors = [g for g in range(1, num_heads + 1) if num_heads % g == 0]
+    groups = divisors[group_index % len(divisors)]
+    d_model = num_heads * head_dim
+    layers = [GroupedQueryAttention(d_model, d_model, tokens, 0.0, num_heads, groups).to(dtype).eval()
+              for _ in range(num_layers)]
+    caches = [KVCache() for _ in layers]
+    x = torch.randn(batch, tokens, d_model, dtype=dtype)
+    with torch.no_grad():
+        for t in range(tokens):
+            h = x[:, t : t + 1]
+            for layer, cache in zip(layers, caches):
+                h = layer(h, cache=cache)
+    held = sum(c.keys.nbytes + c.values.nbytes for c in caches)
+    number = torch.tensor([], dtype=dtype).element_size()
+    assert held == kv_cache_bytes(num_layers, groups, head_dim, tokens, batch, bytes_per_number=number)
+    assert held == batch * tokens * kv_cache_bytes_per_token(num_layers, groups, head_dim, number)
+
+
+def test_cache_sizes_of_the_chapter_shapes():
+    gpt2, llama = MODEL_SHAPES["gpt2-small"], MODEL_SHAPES["llama-style"]
+    rows = {r["kind"]: r for r in kv_cache_sizes(gpt2)}
+    assert rows["multi-head"]["bytes_per_token"] == 2 * 12 * 12 * 64 * 2 == 36 * 2**10
+    assert rows["multi-head"]["bytes_at_context"] == 36 * 2**20
+    assert rows["grouped-query"]["kv_heads"] == 4 and rows["multi-query"]["vs_multi_head"] == 1 / 12
+    rows = {r["kind"]: r for r in kv_cache_sizes(llama, bytes_per_number=2)}
+    assert rows["multi-head"]["bytes_at_context"] == 4 * 2**30  # 0.5 MiB per token, 8192 tokens
+    assert rows["grouped-query"]["bytes_at_context"] == 2**30
+    assert rows["multi-query"]["bytes_at_context"] == 2**27
+    assert kv_cache_sizes(llama, batch=4)[0]["bytes_at_context"] == 4 * kv_cache_sizes(llama)[0]["bytes_at_context"]
+
+
+@pytest.mark.parametrize("num_heads,groups,cached,new", [(4, 4, 0, 5), (4, 2, 0, 5), (6, 2, 5, 1), (4, 1, 3, 2)])
+def test_grouped_query_multiply_adds_match_counted_products(num_heads, groups, cached, new):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    gqa = GroupedQueryAttention(5, 2 * num_heads, cached + new, 0.0, num_heads, groups).eval()
+    x = torch.randn(2, cached + new, 5)
+    cache = KVCache()
+    with torch.no_grad():
+        if cached:
+            gqa(x[:, :cached], cache=cache)
+        with FlopCounterMode(display=False) as counter:
+            gqa(x[:, cached:], cache=cache)
+    expected = grouped_query_multiply_adds(2, new, 5, 2 * num_heads, num_heads, groups, num_cached=cached)
+    assert expected.total == counter.get_total_flops() // 2
+
+
+def test_without_sharing_the_grouped_query_count_is_the_batched_one():
+    assert (grouped_query_multiply_adds(2, 16, 12, 24, 4, 4).total
+            == multiply_adds("batched", 2, 16, 12, 24, 4).total)
+
+
+def test_one_cached_step_is_one_token_of_the_recomputed_work():
+    for tokens in (16, 256, 1024):
+        recompute = grouped_query_multiply_adds(1, tokens, 768, 768, 12, 12)
+        cached = grouped_query_multiply_adds(1, 1, 768, 768, 12, 12, num_cached=tokens - 1)
+        assert recompute.total == tokens * cached.total
+
+
+def test_cache_formulas_reject_bad_arguments():
+    with pytest.raises(ValueError, match="num_kv_heads must be a positive integer, got 0"):
+        kv_cache_bytes_per_token(12, 0, 64)
+    with pytest.raises(ValueError, match="num_tokens must be a positive integer, got -1"):
+        kv_cache_bytes(12, 12, 64, num_tokens=-1)
+    with pytest.raises(ValueError, match=r"num_kv_groups \(5\) must divide num_heads \(12\)"):
+        grouped_query_multiply_adds(1, 4, 8, 24, 12, 5)
+    with pytest.raises(ValueError, match="num_cached must be a whole number of 0 or more, got -2"):
+        grouped_query_multiply_adds(1, 4, 8, 24, 12, 4, num_cached=-2)

@@ -210,6 +210,9 @@ def test_book_option_copies_the_book_around_the_notebooks(tmp_path, monkeypatch)
     assert main(["student", "--book", "--out", str(out)]) == 0
     for name in ("_config.yml", "_toc.yml", "book/intro.md", "book/_ext/offline_mathjax.py"):
         assert (out / name).read_bytes() == (ROOT / name).read_bytes()
+    # The package source the chapters' listings include ({literalinclude} ../mha_course/...).
+    for name in ("mha_course/causal_attention.py", "mha_course/wrapper.py"):
+        assert (out / name).read_bytes() == (ROOT / name).read_bytes()
     for chapter in CHAPTERS:
         text = (out / "book" / chapter.name).read_text(encoding="utf-8")
         assert BEGIN not in text and "{solution-start}" not in text

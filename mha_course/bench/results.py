@@ -51,25 +51,39 @@ def add_ratios(rows: list[dict]) -> list[dict]:
     return rows
 
 
-def results_stem(device: str, label: str | None = None) -> str:
-    """File name stem of a results file: ``bench-cpu``, ``bench-cuda-quick``, ..."""
-    return f"bench-{device}" + (f"-{label}" if label else "")
+#: The CSV columns of a decoding run (``bench --decode``, ``meta.benchmark == "decode"``).
+DECODE_CSV_FIELDS = ["config", "implementation", "mode", "num_tokens", "median_s", "iqr_s", "runs", "vs_recompute",
+                     "multiply_adds", "flops_per_s", "ceiling_fraction", "max_abs_diff", "cache_bytes"]
+
+
+def results_stem(device: str, label: str | None = None, benchmark: str | None = None) -> str:
+    """File name stem of a results file: ``bench-cpu``, ``bench-cuda-quick``, ``bench-decode-cpu``, ..."""
+    return "bench-" + (f"{benchmark}-" if benchmark else "") + device + (f"-{label}" if label else "")
 
 
 def write_results(results: dict, out_dir, label: str | None = None, plot: bool = True) -> list[Path]:
-    """Write ``results`` to ``out_dir`` as JSON, CSV and (with ``plot``) PNG; return the paths."""
+    """Write ``results`` to ``out_dir`` as JSON, CSV and (with ``plot``) PNG; return the paths.
+
+    A decoding run (``results["meta"]["benchmark"] == "decode"``) is written as
+    ``bench-decode-DEVICE[-LABEL]``, with its own CSV columns and figure.
+    """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = results_stem(results["meta"]["device"], label)
+    benchmark = results["meta"].get("benchmark")
+    stem = results_stem(results["meta"]["device"], label, benchmark)
     paths = [out_dir / f"{stem}.json", out_dir / f"{stem}.csv"]
     paths[0].write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     with paths[1].open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        fields = DECODE_CSV_FIELDS if benchmark == "decode" else CSV_FIELDS
+        writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         for row in results["rows"]:
             writer.writerow(row)
     if plot:
-        from .plots import save_plot
+        if benchmark == "decode":
+            from .decode import save_decode_plot as save_plot
+        else:
+            from .plots import save_plot
 
         paths.append(save_plot(results, out_dir / f"{stem}.png"))
     return paths

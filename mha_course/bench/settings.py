@@ -1,4 +1,8 @@
-"""Everything that configures one benchmark run, in one dataclass, checked once."""
+"""Everything that configures a benchmark run, checked once.
+
+:class:`BenchSettings` for the implementations of chapter 4, :class:`DecodeSettings` for the decoding
+benchmark of chapter 6 (``bench --decode``).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,8 @@ from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from ..implementations import IMPLEMENTATIONS, check_names
-from .sizes import ALL_CONFIGS, CONFIGS, QUICK_CONFIGS, BenchConfig
+from .sizes import (ALL_CONFIGS, ALL_DECODE_CONFIGS, CONFIGS, DECODE_CONFIGS, QUICK_CONFIGS, QUICK_DECODE_CONFIGS,
+                    BenchConfig)
 from .steps import MODES
 
 
@@ -94,6 +99,63 @@ class BenchSettings:
             quick=quick,
             ceiling_size=256 if quick else None,
             memory_calls=1,
+            **options,
+        )
+        return replace(settings, label=settings.label if settings.label is not None else ("quick" if quick else None))
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    """How to run the decoding benchmark (``bench --decode``): one generated token, with and without a cache.
+
+    Example:
+        >>> s = DecodeSettings.for_command(quick=True)
+        >>> [c.name for c in s.configs], s.min_run_time, s.rounds, s.threads, s.label
+        (['decode-tiny-8', 'decode-tiny-32'], 0.02, 2, 1, 'quick')
+        >>> DecodeSettings.for_command(configs=["decode-16", "small-4"])
+        Traceback (most recent call last):
+            ...
+        ValueError: unknown configs ['small-4']: choose from decode-16, decode-32, decode-64, decode-128, decode-256, decode-512, decode-1024, decode-tiny-8, decode-tiny-32.
+    """
+
+    configs: Sequence[BenchConfig]  # the lengths to run (DECODE_CONFIGS or QUICK_DECODE_CONFIGS values)
+    device: str = "cpu"
+    min_run_time: float = 1.0  # seconds of timing per way of decoding, shared among the rounds
+    rounds: int = 3  # the two ways take turns (mha_course.timing.time_interleaved)
+    threads: int | None = None  # torch threads (None: torch's current setting)
+    progress: bool = True
+    quick: bool = False  # recorded in the results' metadata
+    ceiling_size: int | None = None  # side of the square matrix product timed as the ceiling
+    seed: int = 0
+    label: str | None = field(default=None, compare=False)  # suffix of the result files' names
+
+    def __post_init__(self):
+        configs = tuple(self.configs)
+        if not configs or not all(isinstance(c, BenchConfig) for c in configs):
+            raise ValueError("configs must be a non-empty sequence of BenchConfig, e.g. "
+                             "(mha_course.bench.DECODE_CONFIGS['decode-256'],).")
+        object.__setattr__(self, "configs", configs)
+        _positive("min_run_time", self.min_run_time)
+        _positive("rounds", self.rounds, numbers.Integral)
+        if self.threads is not None:
+            _positive("threads", self.threads, numbers.Integral)
+        if self.ceiling_size is not None:
+            _positive("ceiling_size", self.ceiling_size, numbers.Integral)
+
+    @classmethod
+    def for_command(cls, *, quick: bool = False, configs: Sequence[str] | None = None,
+                    min_run_time: float | None = None, rounds: int | None = None, threads: int | None = None,
+                    **options) -> "DecodeSettings":
+        """The settings of ``python -m mha_course bench --decode``, with the defaults of ``bench``."""
+        pool = QUICK_DECODE_CONFIGS if quick else DECODE_CONFIGS
+        names = check_names(configs if configs else pool, ALL_DECODE_CONFIGS, "configs")
+        settings = cls(
+            configs=tuple(ALL_DECODE_CONFIGS[name] for name in names),
+            min_run_time=min_run_time if min_run_time is not None else (0.02 if quick else 1.0),
+            rounds=rounds if rounds is not None else (2 if quick else 3),
+            threads=threads if threads is not None else (1 if quick else None),
+            quick=quick,
+            ceiling_size=256 if quick else None,
             **options,
         )
         return replace(settings, label=settings.label if settings.label is not None else ("quick" if quick else None))

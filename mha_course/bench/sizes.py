@@ -43,3 +43,23 @@ QUICK_CONFIGS = _by_name(
 
 #: Every size by name, full and quick.
 ALL_CONFIGS = {**CONFIGS, **QUICK_CONFIGS}
+
+
+# The decoding benchmark (``bench --decode``, chapter 6): one generated token, with and without a
+# key/value cache. ``num_tokens`` is the length of the sequence once the new token is in: the
+# cache holds the ``num_tokens - 1`` before it. One sequence, as a chat or a completion generates.
+def _decode(num_tokens: int, d_in: int = 768, num_heads: int = 12, head_dim: int = 64,
+            shape: str = "GPT-2-small attention layer (width 768, 12 heads of 64)", prefix: str = "decode") -> BenchConfig:
+    return BenchConfig(f"{prefix}-{num_tokens}", 1, num_tokens, d_in, num_heads, head_dim,
+                       f"{shape}: token {num_tokens} of one sequence, {num_tokens - 1} before it")
+
+
+#: The lengths of the decoding run: a GPT-2-small attention layer, up to its whole 1024-token context.
+DECODE_CONFIGS = _by_name(*(_decode(n) for n in (16, 32, 64, 128, 256, 512, 1024)))
+
+#: The lengths of ``bench --decode --quick``: a tiny layer, for CI.
+QUICK_DECODE_CONFIGS = _by_name(*(_decode(n, 32, 4, 8, "a tiny layer (width 32, 4 heads of 8)", "decode-tiny")
+                                  for n in (8, 32)))
+
+#: Every decoding size by name, full and quick.
+ALL_DECODE_CONFIGS = {**DECODE_CONFIGS, **QUICK_DECODE_CONFIGS}

@@ -13,8 +13,9 @@ Checking an answer has two halves:
   seed of a random batch) and both results; the next run draws other inputs, so a number copied
   from a message is no answer.
 
-Every exercise starts with the check "written by you": the answer must not be, nor call, the
-package's own answer to it (see :mod:`~mha_course.exercises.shortcuts`).
+An exercise that names its *shortcuts* (even none) starts with the check "written by you": the
+answer must not be, nor call, the package's own answer to it, nor the checks' own references (see
+:mod:`~mha_course.exercises.shortcuts`).
 
 :func:`run_check` runs both in the learner's process. The grader runs the probe where the
 notebook's answers live and the judge in its own process, which never ran any notebook code.
@@ -92,11 +93,13 @@ class Exercise:
         answer_name: the name the learner's answer has in the chapter notebook.
         signature: how the answer is called, e.g. ``"build_causal_mask(num_tokens, device=None)"``.
         probe: ``probe(answer, recorder)`` runs the answer and records what it did.
-        checks: the checks, in the order they are reported; the check "written by you" is put
-            first whatever the exercise lists.
+        checks: the checks, in the order they are reported; with ``shortcuts`` given, the check
+            "written by you" comes first.
         mistakes: the catalogue of typical wrong answers, most specific first.
         shortcuts: the package's functions and classes (and torch calls) that already do what the
-            exercise asks; an answer that is or calls one fails "written by you".
+            exercise asks; an answer that is or calls one, or one of the checks' own functions,
+            fails "written by you". ``None`` (an exercise that watches for them itself) adds no
+            such check.
     """
 
     id: str
@@ -106,10 +109,10 @@ class Exercise:
     probe: Callable[[Any, Recorder], None]
     checks: tuple[Check, ...]
     mistakes: tuple[Mistake, ...] = ()
-    shortcuts: tuple[Shortcut, ...] = ()
+    shortcuts: tuple[Shortcut, ...] | None = None
 
     def __post_init__(self):
-        if not self.checks or self.checks[0].name != OWN_CODE:
+        if self.shortcuts is not None and (not self.checks or self.checks[0].name != OWN_CODE):
             own = Check(OWN_CODE, lambda record: own_code_check(self.all_shortcuts())(record))
             object.__setattr__(self, "checks", (own, *self.checks))
 
@@ -118,8 +121,8 @@ class Exercise:
         return int(self.id.split(".")[0])
 
     def all_shortcuts(self) -> tuple[Shortcut, ...]:
-        """The exercise's shortcuts and the checks' own functions."""
-        return (*self.shortcuts, *check_internals())
+        """The exercise's shortcuts and the checks' own functions (none if it names no shortcuts)."""
+        return () if self.shortcuts is None else (*self.shortcuts, *check_internals())
 
 
 @dataclass(frozen=True)

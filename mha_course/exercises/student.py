@@ -231,6 +231,25 @@ def _targets(notebooks: list[Path], out: Path, root: Path, book: bool) -> dict[P
     return targets
 
 
+def _included_files(notebooks: list[Path], out: Path, root: Path) -> dict[Path, Path]:
+    """The files the notebooks' ``{literalinclude}`` directives show (the package's source, for the
+    classes the chapters teach), and where they go in the book edition, at the same relative paths."""
+    files: dict[Path, Path] = {}
+    for path in notebooks:
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type != "markdown":
+                continue
+            for block in jupyter_markdown.blocks(cell.source):
+                if isinstance(block, jupyter_markdown.Fence) and block.name == "literalinclude":
+                    included = (path.parent / block.argument).resolve()
+                    try:
+                        files.setdefault(included, out / included.relative_to(root.resolve()))
+                    except ValueError:
+                        raise ValueError(f"{path}: {{literalinclude}} {block.argument} is outside the "
+                                         f"book's root {root}.") from None
+    return files
+
+
 def _data_files(notebooks: list[Path], out: Path) -> dict[Path, Path]:
     """The files of the ``data/`` folders next to the source notebooks, and where they go in ``out``."""
     files: dict[Path, Path] = {}
@@ -267,6 +286,7 @@ def write_student_edition(notebooks: list[Path], out: Path, force: bool = False,
         for path in sorted((root / "book").rglob("*")):
             if path.is_file() and path.suffix != ".ipynb" and not in_tool_folder(path.relative_to(root)):
                 extra[path] = out / path.relative_to(root)
+        extra.update(_included_files(notebooks, out, root))
     data = {} if book else _data_files(notebooks, out)
     existing = [t for t in [*targets.values(), *extra.values()] if t.exists()]
     if keep_existing and not force:

@@ -1,0 +1,260 @@
+"""The decoding benchmark: the time to generate one token, with and without a key/value cache.
+
+``python -m mha_course bench --decode`` times one attention layer (a
+:class:`~mha_course.GroupedQueryAttention` with one key/value head per query head, that is
+multi-head attention) at the moment it produces the output of token ``T`` of a sequence, two ways:
+
+* ``recompute``: without a cache, the layer runs on all ``T`` tokens again and the last output is
+  kept, which is what generating without a cache does at every step;
+* ``kv_cache``: the layer runs on the new token alone and reads the keys and values of the
+  ``T - 1`` tokens before it from a :class:`~mha_course.KVCache`.
+
+Before timing, the two outputs are compared (``max_abs_diff``). The two ways take turns in
+interleaved rounds (:func:`mha_course.timing.time_interleaved`), at every length of
+:data:`~mha_course.bench.sizes.DECODE_CONFIGS`, and each row holds the median time, its spread,
+the multiply-adds of the step (:func:`mha_course.cost.grouped_query_multiply_adds`) and the ratio
+to ``recompute`` of the same length (``vs_recompute``). The results have the format of the main
+benchmark's (:data:`~mha_course.bench.results.FORMAT_VERSION`), with ``meta.benchmark = "decode"``
+and ``mode = "decode"`` in every row; they are written as ``bench-decode-DEVICE.json`` and ``.csv``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from ..cost import grouped_query_multiply_adds
+from ..data import random_batch
+from ..device import get_device
+from ..grouped_query import GroupedQueryAttention
+from ..kv_cache import KVCache
+from ..progress_bar import ProgressBar
+from ..tables import Table
+from ..timing import time_interleaved, time_once
+from .machine import metadata, observe, stability
+from .results import FORMAT_VERSION, select, threads_text
+from .settings import DecodeSettings
+from .sizes import BenchConfig
+
+#: The mode every row of a decoding run has.
+DECODE_MODE = "decode"
+
+#: The two ways of producing the next token's output, by name.
+DECODE_IMPLEMENTATIONS = {
+    "recompute": "no cache: the layer on all T tokens again, the last output kept",
+    "kv_cache": "KVCache: the layer on the new token only, reading the T - 1 cached keys and values",
+}
+
+
+def decode_steps(config: BenchConfig, device, seed: int = 0):
+    """The two ways of computing token ``config.num_tokens``'s output, as no-argument callables.
+
+    Returns ``(steps, cache)``: ``steps`` maps each name of :data:`DECODE_IMPLEMENTATIONS` to a
+    callable returning the new token's output ``(batch, 1, d_out)``; ``cache`` is the
+    :class:`KVCache` the ``kv_cache`` step reads. Each call of that step first puts the cache back
+    to the ``num_tokens - 1`` earlier positions, so every call generates the same token.
+
+    Example:
+        >>> from mha_course.bench import QUICK_DECODE_CONFIGS
+        >>> steps, cache = decode_steps(QUICK_DECODE_CONFIGS["decode-tiny-8"], "cpu")
+        >>> torch.allclose(steps["kv_cache"](), steps["recompute"](), atol=1e-6), len(cache)
+        (True, 8)
+    """
+    device = torch.device(device)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        layer = GroupedQueryAttention(config.d_in, config.d_out, config.num_tokens, 0.0, config.num_heads,
+                                      num_kv_groups=config.num_heads)
+    layer = layer.to(device).eval()
+    x = random_batch(config.batch, config.num_tokens, config.d_in, seed=1, device=device)  # (B, T, d_in)
+    cache = KVCache()
+    with torch.no_grad():
+        if config.num_tokens > 1:
+            layer(x[:, :-1], cache=cache)  # the prompt so far: T - 1 positions
+    past_keys, past_values = cache.keys, cache.values  # (B, h, T - 1, d_h), or None for the first token
+    new_token = x[:, -1:]  # (B, 1, d_in)
+
+    def recompute():
+        with torch.no_grad():
+            return layer(x)[:, -1:]  # (B, 1, d_out): every position computed, the last one kept
+
+    def with_cache():
+        cache.keys, cache.values = past_keys, past_values  # back to the T - 1 earlier positions
+        with torch.no_grad():
+            return layer(new_token, cache=cache)  # (B, 1, d_out)
+
+    return {"recompute": recompute, "kv_cache": with_cache}, cache
+
+
+def run_decode_benchmark(settings: DecodeSettings) -> dict:
+    """Time one generated token with and without a cache at every length of ``settings``.
+
+    Returns:
+        ``{"meta": {...}, "configs": [...], "implementations": {...}, "rows": [...]}`` as
+        :func:`mha_course.bench.run_benchmark` does, with ``meta["benchmark"] == "decode"``; each
+        row is one (config, implementation) with ``mode`` ``"decode"``, ``num_tokens``,
+        ``median_s``, ``iqr_s``, ``runs``, ``vs_recompute``, ``multiply_adds``, ``flops_per_s``,
+        ``ceiling_fraction``, ``max_abs_diff`` (against ``recompute``'s output) and, for
+        ``kv_cache``, ``cache_bytes`` (the keys and values the layer's cache holds).
+    """
+    if not isinstance(settings, DecodeSettings):
+        raise TypeError(f"settings must be a DecodeSettings, got {type(settings).__name__}; build one with "
+                        "DecodeSettings.for_command(...).")
+    device = get_device(settings.device)
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    threads = torch.get_num_threads()
+    bar = ProgressBar(2 + len(settings.configs), "bench --decode", enabled=settings.progress)
+    started = time.perf_counter()
+    ceiling_time = min(settings.min_run_time, 0.5)
+    bar.set_note("matmul ceiling and load, at the start")
+    start = observe(device, settings.ceiling_size, ceiling_time)
+    bar.update()
+    rows = []
+    for config in settings.configs:
+        bar.set_note(f"{config.name}: recompute and kv_cache")
+        rows += _length(config, device, settings)
+        bar.update()
+    bar.set_note("matmul ceiling and load, at the end")
+    end = observe(device, settings.ceiling_size, ceiling_time)
+    bar.update()
+    bar.close()
+    seconds = time.perf_counter() - started
+    stable = stability(start, end, threads=threads, seconds=seconds)
+    for row in rows:
+        row["ceiling_fraction"] = row["flops_per_s"] / stable["matmul_ceiling"]["flops_per_s"]
+    meta = metadata(device, threads, settings, seconds, False, stable, FORMAT_VERSION)
+    return {
+        "meta": {"benchmark": "decode", **meta},
+        "configs": [asdict(c) for c in settings.configs],
+        "implementations": dict(DECODE_IMPLEMENTATIONS),
+        "rows": rows,
+    }
+
+
+def _length(config: BenchConfig, device: torch.device, settings: DecodeSettings) -> list[dict]:
+    steps, cache = decode_steps(config, device, seed=settings.seed)
+    one_call, outputs = {}, {}
+    for name, step in steps.items():  # the check is also the warm-up call
+        one_call[name], outputs[name] = time_once(step)
+    cache_bytes = cache.keys.nbytes + cache.values.nbytes
+    timings = time_interleaved(steps, rounds=settings.rounds, min_run_time=settings.min_run_time,
+                               call_seconds=one_call)
+    b, t, d_in, d_out, h = config.batch, config.num_tokens, config.d_in, config.d_out, config.num_heads
+    work = {"recompute": grouped_query_multiply_adds(b, t, d_in, d_out, h, h).total,
+            "kv_cache": grouped_query_multiply_adds(b, 1, d_in, d_out, h, h, num_cached=t - 1).total}
+    rows = []
+    for name in DECODE_IMPLEMENTATIONS:
+        timing = timings[name]
+        row = {"config": config.name, "implementation": name, "mode": DECODE_MODE, "num_tokens": t,
+               "median_s": timing.median, "iqr_s": timing.iqr, "runs": timing.runs,
+               "vs_recompute": timing.median / timings["recompute"].median,
+               "multiply_adds": work[name], "flops_per_s": 2 * work[name] / timing.median,
+               "max_abs_diff": float((outputs[name] - outputs["recompute"]).abs().max())}
+        if name == "kv_cache":
+            row["cache_bytes"] = cache_bytes
+        rows.append(row)
+    return rows
+
+
+def decode_rows(results: dict) -> list[tuple[dict, dict]]:
+    """``(recompute row, kv_cache row)`` for every length of a decoding run, shortest first.
+
+    Example:
+        >>> rows = [{"config": "decode-8", "implementation": n, "mode": "decode", "num_tokens": 8}
+        ...         for n in ("recompute", "kv_cache")]
+        >>> [(a["implementation"], b["implementation"]) for a, b in decode_rows({"rows": rows})]
+        [('recompute', 'kv_cache')]
+    """
+    pairs = {}
+    for row in select(results, mode=DECODE_MODE):
+        pairs.setdefault(row["num_tokens"], {})[row["implementation"]] = row
+    missing = [t for t, pair in pairs.items() if set(pair) != set(DECODE_IMPLEMENTATIONS)]
+    if missing or not pairs:
+        raise ValueError("these results hold no complete decoding rows (recompute and kv_cache at every "
+                         f"length){f'; incomplete at {missing} tokens' if missing else ''}. Write them with "
+                         "`python -m mha_course bench --decode`.")
+    return [(pairs[t]["recompute"], pairs[t]["kv_cache"]) for t in sorted(pairs)]
+
+
+def decode_table(results: dict) -> Table:
+    """Time per generated token with and without the cache, with the ratio measured in the run.
+
+    ``× faster`` is the ratio of the two medians; ``× work`` the ratio of the multiply-adds of the
+    two steps: recomputing a sequence of ``T`` tokens is ``T`` times the work of the cached step
+    (:func:`mha_course.cost.grouped_query_multiply_adds`).
+    """
+    rows = [[recompute["num_tokens"], recompute["median_s"], cached["median_s"],
+             recompute["median_s"] / cached["median_s"], cached["cache_bytes"],
+             recompute["multiply_adds"] / cached["multiply_adds"]]
+            for recompute, cached in decode_rows(results)]
+    meta = results["meta"]
+    config = results["configs"][0]["description"].split(":")[0] if results.get("configs") else "one layer"
+    title = (f"One generated token, {config}: median time per token on {meta['device_name']} "
+             f"({meta['device']}, {threads_text(meta)})")
+    notes = ["× faster: the median time without the cache over the one with it, one run.",
+             "cache held: one layer's keys and values, once the new token is in.",
+             "× work: the multiply-adds of recomputing over the cached step's (= T)."]
+    return Table(["tokens T", "no cache", "with cache", "× faster", "cache held", "× work"], rows, title=title,
+                 formats={"no cache": "time", "with cache": "time", "× faster": ".1f", "cache held": "bytes",
+                          "× work": "count"}, notes=notes)
+
+
+def decode_summary(results: dict) -> str:
+    """A plain-text summary of a decoding run: the machine, then the table."""
+    meta = results["meta"]
+    return (f"{meta['device_name']} ({meta['device']}, {threads_text(meta)}), torch {meta['torch']}, {meta['date']}; "
+            f"matmul ceiling {meta['matmul_ceiling']['flops_per_s'] / 1e9:.1f} GFLOP/s; run took "
+            f"{meta['wall_time_s']:.0f} s\n\n{decode_table(results)}")
+
+
+def plot_decode(results: dict):
+    """Time per generated token against the sequence length, with and without the cache (log-log).
+
+    Example:
+        >>> rows = [{"config": f"decode-{t}", "implementation": n, "mode": "decode", "num_tokens": t,
+        ...          "median_s": s, "iqr_s": 0.0} for t, a, b in ((8, 2e-4, 1e-4), (32, 8e-4, 1e-4))
+        ...         for n, s in (("recompute", a), ("kv_cache", b))]
+        >>> fig = plot_decode({"rows": rows})
+        >>> fig.axes[0].get_legend_handles_labels()[1]
+        ['no cache (recompute)', 'with a KV cache']
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    pairs = decode_rows(results)
+    tokens = [recompute["num_tokens"] for recompute, _ in pairs]
+    fig, ax = plt.subplots(figsize=(5.2, 3.4))
+    styles = {"recompute": ("no cache (recompute)", plt.get_cmap("viridis")(0.0), "o", "-"),
+              "kv_cache": ("with a KV cache", plt.get_cmap("viridis")(0.6), "s", "--")}
+    for index, name in enumerate(DECODE_IMPLEMENTATIONS):
+        label, colour, marker, style = styles[name]
+        medians = [pair[index]["median_s"] * 1e3 for pair in pairs]
+        spread = [pair[index]["iqr_s"] * 1e3 / 2 for pair in pairs]
+        ax.errorbar(tokens, medians, yerr=spread, label=label, color=colour, marker=marker, linestyle=style,
+                    lw=1.8, capsize=3)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(tokens, [str(t) for t in tokens])
+    ax.minorticks_off()
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.tick_params(labelsize=9)
+    ax.set_xlabel("tokens T in the sequence, the new one included", fontsize=9.5)
+    ax.set_ylabel("ms per generated token (median)", fontsize=9.5)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=9.5, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def save_decode_plot(results: dict, path) -> Path:
+    """Draw :func:`plot_decode` into ``path`` (PNG) and return the path."""
+    import matplotlib.pyplot as plt
+
+    fig = plot_decode(results)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return Path(path)
