@@ -180,7 +180,7 @@ def test_bills_by_heads_draws_three_bills_per_regime_relative_to_one_head():
              for regime, width in ((HEAD_WIDTH_FIXED, 4), (MODEL_WIDTH_FIXED, 16))}
     fig = plot_bills_by_heads(costs)
     assert [ax.get_title() for ax in fig.axes] == ["head width fixed", "model width fixed"]
-    for ax, rows in zip(fig.axes, costs.values()):
+    for ax in fig.axes:
         lines = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines()}
         assert set(lines) == {"parameters", "multiply-adds", "score memory"}
         assert all(values[0] == 1 for values in lines.values())
