@@ -170,3 +170,123 @@ def summary(results: dict) -> str:
             if select(results, config["name"], mode, measured_only=False):
                 parts.append("\n" + str(results_table(results, config["name"], mode)))
     return "\n".join(parts)
+
+
+#: Implementations whose attention is a fused kernel that may skip the fully masked tiles of the
+#: score matrix: their FLOP/s count work (the formula's full square) that they may not have done.
+FUSED_KERNELS = ("fast", "raw_sdpa")
+
+
+def size_table(results: dict, config: str) -> Table:
+    """One size, both modes: every implementation's time, its ratio to the batched module, its
+    FLOP/s, and the peak memory of a forward call.
+
+    FLOP/s are ``2 * multiply-adds / median time``, with the multiply-adds of the cost formula
+    (the full ``T x T`` square); a note says which implementations run a fused kernel that may
+    skip masked tiles, for which the figure counts work they may not have done.
+
+    Example:
+        >>> rows = [{"config": "c", "mode": m, "implementation": n, "median_s": t, "iqr_s": 0.0,
+        ...          "flops_per_s": 2e9, "peak_bytes": 2**20, "vs_batched": t / 2.0}
+        ...         for m in MODES for n, t in (("batched", 2.0), ("fast", 1.0))]
+        >>> results = {"meta": {"threads": 1}, "configs": [], "rows": rows}
+        >>> print(size_table(results, "c"))
+        c, 1 thread
+        implementation  forward  forward × batched  GFLOP/s  training  training × batched  peak memory
+        --------------  -------  -----------------  -------  --------  ------------------  -----------
+        batched          2.00 s               1.00     2.00    2.00 s                1.00     1.00 MiB
+        fast             1.00 s               0.50     2.00    1.00 s                0.50     1.00 MiB
+        GFLOP/s: 2 x the formula's multiply-adds / the forward time.
+        fast: a fused kernel that may skip masked tiles; the formula counts them.
+    """
+    memory = results["meta"].get("memory_measured", True)
+    columns = ["implementation", "forward", "forward × batched", "GFLOP/s", "training",
+               "training × batched"]
+    if memory:
+        columns.append("peak memory")
+    names = list(dict.fromkeys(r["implementation"] for r in select(results, config, measured_only=False)))
+    rows, notes, fused = [], [], []
+    for name in names:
+        forward = select(results, config, "forward", name, measured_only=False)
+        training = select(results, config, "forward+backward", name, measured_only=False)
+        if forward and forward[0].get("skipped"):
+            rows.append([name, "skipped"] + [None] * (len(columns) - 2))
+            if f"skipped: {forward[0]['skipped']}" not in notes:
+                notes.append(f"skipped: {forward[0]['skipped']}")
+            continue
+        f = forward[0] if forward else {}
+        t = training[0] if training and not training[0].get("skipped") else {}
+        cells = [name, f.get("median_s"), f.get("vs_batched"),
+                 f["flops_per_s"] / 1e9 if f.get("flops_per_s") else None,
+                 t.get("median_s"), t.get("vs_batched")]
+        if memory:
+            cells.append(f.get("peak_bytes"))
+        rows.append(cells)
+        if name in FUSED_KERNELS:
+            fused.append(name)
+    if fused:
+        notes.insert(0, f"{', '.join(fused)}: a fused kernel that may skip masked tiles; "
+                     "the formula counts them.")
+    notes.insert(0, "GFLOP/s: 2 x the formula's multiply-adds / the forward time.")
+    described = {c["name"]: c["description"] for c in results.get("configs", [])}
+    what = f"{config} ({described[config]})" if config in described else config
+    formats = {"forward": "time", "forward × batched": ".2f", "training": "time",
+               "training × batched": ".2f", "peak memory": "bytes"}
+    return Table(columns, rows, title=f"{what}, {threads_text(results['meta'])}",
+                 formats={k: v for k, v in formats.items() if k in columns}, notes=notes)
+
+
+def versus_table(results: dict, numerator: str, denominator: str, configs=None) -> Table:
+    """``numerator``'s time over ``denominator``'s, per size and mode, beside their work.
+
+    Columns: the size, its number of heads, the ratio of the two implementations' multiply-adds
+    (from the cost formulas: what the counts predict), then for each mode the measured ratio of
+    median times and :func:`compare_times`'s verdict (``tie`` when the difference is within the
+    run's own spread).
+    """
+    configs = list(configs or [c["name"] for c in results["configs"]])
+    heads = {c["name"]: c["num_heads"] for c in results.get("configs", [])}
+    modes = [m for m in MODES if select(results, mode=m)]
+    label = {"forward": "forward", "forward+backward": "training"}
+    columns = ["size", "heads", "multiply-adds ratio"]
+    for mode in modes:
+        columns += [f"{label[mode]} time ratio", f"{label[mode]}: faster"]
+    rows = []
+    for config in configs:
+        first = lookup(results, config, modes[0], numerator)
+        work = first["multiply_adds"] / lookup(results, config, modes[0], denominator)["multiply_adds"]
+        row = [config, heads.get(config), work]
+        for mode in modes:
+            duel = compare_times(results, config, mode, numerator, denominator)
+            row += [duel["ratio"], duel["verdict"]]
+        rows.append(row)
+    formats = {name: ".2f" for name in columns if "ratio" in name}
+    return Table(columns, rows, formats=formats,
+                 title=f"{numerator} ÷ {denominator} ({threads_text(results['meta'])})")
+
+
+def threads_table(one: dict, two: dict, implementations=("stacked", "batched", "fast"),
+                  configs=None) -> Table:
+    """What a second thread buys: each implementation's time with the threads of ``one`` and
+    of ``two`` (two runs of the same sizes), and the speed-up, per size and mode."""
+    if one["meta"]["threads"] == two["meta"]["threads"]:
+        raise ValueError(f"both runs used {threads_text(one['meta'])}; pass two runs with "
+                         "different thread counts, e.g. bench-cpu.json and bench-cpu-2threads.json.")
+    configs = list(configs or [c["name"] for c in one["configs"]])
+    modes = [m for m in MODES if select(one, mode=m) and select(two, mode=m)]
+    label = {"forward": "forward", "forward+backward": "training"}
+    a, b = threads_text(one["meta"]), threads_text(two["meta"])
+    columns = ["size", "implementation"]
+    for mode in modes:
+        columns += [f"{label[mode]}, {a}", f"{label[mode]}, {b}", f"{label[mode]} speed-up"]
+    rows = []
+    for config in configs:
+        for name in implementations:
+            row = [config, name]
+            for mode in modes:
+                t1 = lookup(one, config, mode, name)["median_s"]
+                t2 = lookup(two, config, mode, name)["median_s"]
+                row += [t1, t2, t1 / t2]
+            rows.append(row)
+    formats = {name: (".2f" if name.endswith("speed-up") else "time") for name in columns[2:]}
+    return Table(columns, rows, key_columns=2, formats=formats, title=f"{a} and {b}")
