@@ -67,7 +67,7 @@ class FastMultiHeadAttention(nn.Module):
         self.d_in = check_positive_int("d_in", d_in)
         self.d_out = check_positive_int(
             "d_out", d_out,
-            hint="As in MultiHeadAttention, d_out is the total width of all heads.",
+            hint="As in MultiHeadAttention, d_out is the width of all heads.",
         )
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.context_length = check_positive_int(

@@ -27,7 +27,7 @@ def _check_tensor(t, dims: int, shape: str) -> None:
 
 
 def split_heads(t: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """View a projection of all heads as separate heads: (B, T, h*d_h) -> (B, h, T, d_h).
+    """View one projection as separate heads: (B, T, h*d_h) -> (B, h, T, d_h).
 
     Columns ``i * d_h`` to ``(i + 1) * d_h`` of the last dimension become head
     ``i``. No number is copied: ``view`` cuts the last dimension into

@@ -76,7 +76,7 @@ class MultiHeadAttention(nn.Module):
         self.register_load_state_dict_pre_hook(check_loaded_mask)
 
     def _weights_and_values(self, x: torch.Tensor):
-        """Every head's attention weights (B, h, T, T) and values (B, h, T, d_h)."""
+        """The attention weights (B, h, T, T) and the values (B, h, T, d_h)."""
         check_input(x, self.d_in, self.context_length,
                     like=self.W_query.weight)
         num_tokens = x.shape[1]
@@ -95,7 +95,7 @@ class MultiHeadAttention(nn.Module):
         return weights, values
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """All heads at once, merged and projected: (B, T, d_in) -> (B, T, d_out)."""
+        """(B, T, d_in) -> (B, T, d_out): all heads, merged and projected."""
         weights, values = self._weights_and_values(x)  # validates x
         context = self.dropout(weights) @ values  # (B, h, T, d_h)
         # The heads side by side, as the wrapper's torch.cat puts them:
