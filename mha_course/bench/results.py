@@ -236,13 +236,15 @@ def size_table(results: dict, config: str) -> Table:
                  formats={k: v for k, v in formats.items() if k in columns}, notes=notes)
 
 
-def versus_table(results: dict, numerator: str, denominator: str, configs=None) -> Table:
+def versus_table(results: dict, numerator: str, denominator: str, configs=None,
+                 title: str | None = None) -> Table:
     """``numerator``'s time over ``denominator``'s, per size and mode, beside their work.
 
     Columns: the size, its number of heads, the ratio of the two implementations' multiply-adds
     (from the cost formulas: what the counts predict), then for each mode the measured ratio of
     median times and :func:`compare_times`'s verdict (``tie`` when the difference is within the
-    run's own spread).
+    run's own spread). ``title`` replaces the default one, which names the two implementations
+    and the run's threads.
     """
     configs = list(configs or [c["name"] for c in results["configs"]])
     heads = {c["name"]: c["num_heads"] for c in results.get("configs", [])}
@@ -261,8 +263,8 @@ def versus_table(results: dict, numerator: str, denominator: str, configs=None) 
             row += [duel["ratio"], duel["verdict"]]
         rows.append(row)
     formats = {name: ".2f" for name in columns if "ratio" in name}
-    return Table(columns, rows, formats=formats,
-                 title=f"{numerator} ÷ {denominator} ({threads_text(results['meta'])})")
+    title = title or f"{numerator} ÷ {denominator} ({threads_text(results['meta'])})"
+    return Table(columns, rows, formats=formats, title=title)
 
 
 def threads_table(one: dict, two: dict, implementations=("stacked", "batched", "fast"),
