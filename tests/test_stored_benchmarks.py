@@ -225,7 +225,9 @@ def test_size_table_has_one_row_per_implementation_and_flags_fused_kernels():
     results = _load("1 thread")
     table = size_table(results, "gpt2-small")
     assert table.column("implementation") == list(IMPLEMENTATIONS)
-    assert table.column("forward × batched")[1] == 1.0
+    assert table.columns[2] == table.columns[4] == "× batched"
+    batched = dict(zip(table.column("implementation"), table.rows))["batched"]
+    assert batched[2] == batched[4] == 1.0  # the batched module against itself, both modes
     assert any("fast, raw_sdpa: a fused kernel that may skip masked tiles" in note for note in table.notes)
     textbook = size_table(results, "textbook")
     assert textbook.column("forward")[-1] == "skipped"
@@ -236,10 +238,14 @@ def test_versus_table_puts_the_formula_beside_the_clock():
     results = _load("1 thread")
     table = versus_table(results, "batched", "stacked")
     assert table.column("size") == list(SIZES)
-    work = table.column("multiply-adds ratio")
+    assert table.columns == ["size", "heads", "multiply-adds", "forward", "faster", "training", "faster"]
+    work = table.column("multiply-adds")
     assert all(1.1 < w < 1.3 for w in work)  # the output projection: about a fifth more work
-    verdicts = set(table.column("forward: faster")) | set(table.column("training: faster"))
+    verdicts = {row[4] for row in table.rows} | {row[6] for row in table.rows}
     assert verdicts <= {"batched", "stacked", "tie"}
+    for row in table.rows:
+        duel = bench.compare_times(results, row[0], "forward+backward", "batched", "stacked")
+        assert row[5:] == [duel["ratio"], duel["verdict"]]
 
 
 def test_threads_table_needs_two_thread_counts():
@@ -248,7 +254,8 @@ def test_threads_table_needs_two_thread_counts():
         threads_table(results, results)
     two = dict(results, meta=dict(results["meta"], threads=2))
     table = threads_table(results, two, implementations=("batched",))
-    assert table.column("forward speed-up") == [1.0] * len(SIZES)
+    assert table.columns[2:5] == ["forward, 1", "forward, 2", "speed-up"]
+    assert [row[4] for row in table.rows] == [row[7] for row in table.rows] == [1.0] * len(SIZES)
 
 
 def test_relative_times_figure_draws_both_modes_from_the_line_at_one():
