@@ -1,6 +1,7 @@
 # The course's two commands:
 #   make book   build the HTML book into _build/html (creates .venv and installs everything on first use)
 #   make test   run every test: the linter, the book build (warnings are errors), package tests, strict nbval on every chapter
+#   make lab    start learning: JupyterLab on the chapters without solutions, in student/
 # Needs only Python 3.11+ and make.
 
 PYTHON ?= python3
@@ -24,6 +25,11 @@ book: $(STAMP)
 # The chapters without solutions, for learners, in student/ (notebooks already there are never overwritten).
 student: $(STAMP)
 	$(BIN)/python -m mha_course student
+
+# Start learning: write the student edition into student/ where a notebook is missing (your work
+# there is never overwritten) and open JupyterLab on it. LAB_ARGS="--port 8890 --no-browser" to change.
+lab: $(STAMP)
+	$(BIN)/python -m mha_course lab $(LAB_ARGS)
 
 # The same book without solutions: built from the student edition of the chapters.
 book-student: $(STAMP)

@@ -52,50 +52,65 @@ class CausalAttention(nn.Module):
         super().__init__()
         self.d_in = check_positive_int("d_in", d_in)
         self.d_out = check_positive_int("d_out", d_out)
-        self.context_length = check_positive_int("context_length", context_length)
+        self.context_length = check_positive_int(
+            "context_length", context_length
+        )
         qkv_bias = check_bool("qkv_bias", qkv_bias)
         self.W_query = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
         self.W_key = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
         self.W_value = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
-        # Dropout acts on the attention weights: in training some weights are zeroed and the rest
-        # scaled up by 1 / (1 - p); in eval mode it does nothing.
+        # Dropout acts on the attention weights: in training some weights
+        # are zeroed and the rest scaled up by 1 / (1 - p); in eval mode it
+        # does nothing.
         self.dropout = nn.Dropout(check_dropout(dropout))
-        # A buffer, not a parameter: it is never trained, but it moves with .to(device) and is
-        # saved in the state_dict. True marks a future position that must not be attended to.
+        # A buffer, not a parameter: it is never trained, but it moves with
+        # .to(device) and is saved in the state_dict. True marks a future
+        # position that must not be attended to.
         self.register_buffer("mask", causal_mask(self.context_length))
-        self.register_load_state_dict_pre_hook(check_loaded_mask)  # a loaded mask must be causal
+        # A loaded mask must be causal.
+        self.register_load_state_dict_pre_hook(check_loaded_mask)
 
-    def _weights_and_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        check_input(x, self.d_in, self.context_length, like=self.W_query.weight)
+    def _weights_and_values(
+        self, x: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        check_input(x, self.d_in, self.context_length,
+                    like=self.W_query.weight)
         num_tokens = x.shape[1]
         queries = self.W_query(x)  # (B, T, d_out)
         keys = self.W_key(x)  # (B, T, d_out)
         values = self.W_value(x)  # (B, T, d_out)
-        # Dividing by sqrt(d_out) keeps the scores' spread independent of the head width, so the
-        # softmax does not saturate into a one-hot vector with vanishing gradients. Scaling the
-        # queries before the product gives the same scores as scaling the product, and keeps them
-        # finite in float16, where an unscaled q.k above 65504 would overflow to inf.
+        # Dividing by sqrt(d_out) keeps the scores' spread independent of
+        # the head width, so the softmax does not saturate into a one-hot
+        # vector with vanishing gradients. Scaling the queries before the
+        # product gives the same scores as scaling the product, and keeps
+        # them finite in float16, where an unscaled q.k above 65504 would
+        # overflow to inf.
         queries = queries * self.d_out**-0.5
-        scores = queries @ keys.transpose(1, 2)  # (B, T, T): row i = how much token i matches each key
-        # The mask buffer is context_length wide; a shorter input uses its top-left corner.
-        scores = scores.masked_fill(self.mask[:num_tokens, :num_tokens], float("-inf"))
+        # (B, T, T): row i = how much token i matches each key
+        scores = queries @ keys.transpose(1, 2)
+        # The mask buffer is context_length wide; a shorter input uses its
+        # top-left corner.
+        future = self.mask[:num_tokens, :num_tokens]
+        scores = scores.masked_fill(future, float("-inf"))
         weights = torch.softmax(scores, dim=-1)  # (B, T, T), rows sum to 1
         return weights, values
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Context vectors for ``x``: ``(batch, num_tokens, d_in) -> (batch, num_tokens, d_out)``.
+        """Context vectors for ``x``: ``(B, T, d_in) -> (B, T, d_out)``.
 
-        Row ``t`` of the output is a weighted average of the value vectors of tokens ``0 .. t``.
+        Row ``t`` of the output is a weighted average of the value vectors
+        of tokens ``0 .. t``.
         """
         weights, values = self._weights_and_values(x)
         return self.dropout(weights) @ values  # (B, T, d_out)
 
     @torch.no_grad()
     def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
-        """The softmax attention weights for ``x``, shape ``(batch, num_tokens, num_tokens)``.
+        """The softmax attention weights for ``x``, shape ``(B, T, T)``.
 
-        Entry ``[b, i, j]`` is how much token ``i`` draws on token ``j``; it is zero for ``j > i``.
-        Dropout is not applied, so every row sums to one. Runs without gradients.
+        Entry ``[b, i, j]`` is how much token ``i`` draws on token ``j``; it
+        is zero for ``j > i``. Dropout is not applied, so every row sums to
+        one. Runs without gradients.
 
         Example:
             >>> head = CausalAttention(3, 2, context_length=6, dropout=0.0)

@@ -7,7 +7,8 @@ handler imports its tool only when that command runs, so ``--help`` stays quick.
 * ``info`` - the package, torch and device in use;
 * ``bench`` - :mod:`mha_course.bench`, the timings of chapter 4;
 * ``specialise`` - :mod:`mha_course.experiments.specialisation`, the experiment of chapter 5;
-* ``student`` and ``grade`` - the student edition and the grader of the exercises.
+* ``student``, ``grade``, ``progress`` and ``lab`` - the student edition, the grader, the learner's
+  progress view, and JupyterLab opened on the student edition.
 """
 
 from __future__ import annotations
@@ -134,6 +135,18 @@ def _grade(args: argparse.Namespace) -> int:
     return grader.main(args)
 
 
+def _progress(args: argparse.Namespace) -> int:
+    from .exercises import progress
+
+    return progress.main(args)
+
+
+def _lab(args: argparse.Namespace) -> int:
+    from .exercises import lab
+
+    return lab.main(args)
+
+
 def _add_exercise_commands(commands) -> None:
     from .exercises import cli_arguments  # cheap: argparse only
 
@@ -144,6 +157,14 @@ def _add_exercise_commands(commands) -> None:
     grade = commands.add_parser("grade", help="execute completed notebooks and score their exercises")
     cli_arguments.add_grade_arguments(grade)
     grade.set_defaults(handler=_grade)
+    progress = commands.add_parser("progress", help="show which exercises of each chapter pass, fail or are not "
+                                   "started (reuses the last grading of unchanged notebooks)")
+    cli_arguments.add_progress_arguments(progress)
+    progress.set_defaults(handler=_progress)
+    lab = commands.add_parser("lab", help="write the student edition into student/ where a notebook is missing "
+                              "(never overwriting your work) and open JupyterLab on it")
+    cli_arguments.add_lab_arguments(lab)
+    lab.set_defaults(handler=_lab)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -2,21 +2,30 @@
 
 Every function draws on a matplotlib ``Axes`` (a new figure when none is given) and returns the
 figure, so a notebook cell can end with ``plt.show()``.
+
+The book's text column is about :data:`COLUMN_WIDTH` inches wide at 100 dpi (730 px in a 1280 px
+window): the figures of chapters 1 and 2 are made no wider than that, so they are shown at their own
+size and their text, at 7 pt or more, is at least 9 px on the page. The symbols in their labels are
+the book's notation: ``T`` tokens, ``d_in`` input width, ``h`` heads of width ``d_h``.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import matplotlib.pyplot as plt
 import torch
-from matplotlib.colors import to_rgb
+from matplotlib.colors import ListedColormap, to_rgb
 from matplotlib.patches import FancyBboxPatch
 from matplotlib.ticker import FuncFormatter
 
 from ._validation import check_positive_int
 from .cost import REGIME_LABELS, REGIMES
 from .masking import visibility
+
+#: Width in inches of the book's text column at 100 dpi (about 730 px at a 1280 px window).
+COLUMN_WIDTH = 7.3
 
 
 def _labels(labels: Sequence[str] | None, n: int) -> list[str]:
@@ -27,50 +36,92 @@ def _labels(labels: Sequence[str] | None, n: int) -> list[str]:
     return list(labels)
 
 
-def _annotate_square(ax, values: torch.Tensor, labels: list[str], fmt: str, cmap: str, vmin=0.0, vmax=1.0):
-    n = values.shape[0]
-    image = ax.imshow(values.numpy(), cmap=cmap, vmin=vmin, vmax=vmax)
-    ax.set_xticks(range(n), labels, rotation=45 if max(map(len, labels)) > 2 else 0)
-    ax.set_yticks(range(n), labels)
-    ax.set_xlabel("key position (attended to)")
-    ax.set_ylabel("query position (attending)")
-    if n <= 12:
-        for i in range(n):
-            for j in range(n):
-                value = float(values[i, j])
-                colour = "white" if value > (vmin + vmax) / 2 else "black"
-                ax.text(j, i, format(value, fmt), ha="center", va="center", color=colour, fontsize=9)
-    return image
+def _square_axes(ax, n: int, labels: list[str], xlabel: str, ylabel: str, fontsize: float = 9) -> None:
+    ax.set_xticks(range(n), labels, rotation=45 if max(map(len, labels)) > 2 else 0, fontsize=fontsize)
+    ax.set_yticks(range(n), labels, fontsize=fontsize)
+    ax.set_xlabel(xlabel, fontsize=fontsize)
+    ax.set_ylabel(ylabel, fontsize=fontsize)
+
+
+def _cell_points(ax, n: int) -> float:
+    """The side of one cell of an ``n x n`` heat map on ``ax``, in points, as laid out now."""
+    box = ax.get_window_extent()
+    return min(box.width, box.height) / n * 72 / ax.figure.dpi
+
+
+def _number_size(ax, n: int, texts: list[str], largest: float = 9.0, smallest: float = 7.0) -> float | None:
+    """The largest font size (pt) at which every text fits in a cell with a margin, or ``None``."""
+    cell = _cell_points(ax, n)
+    longest = max(map(len, texts))
+    size = largest
+    while size >= smallest:
+        # a digit of DejaVu Sans is about 0.64 em wide; keep a margin of half an em around the text
+        if longest * 0.64 * size + 0.5 * size <= cell and 1.4 * size <= cell:
+            return size
+        size -= 0.5
+    return None
+
+
+# --- Which token may see which ----------------------------------------------------------------
+
+#: Visibility colours: forbidden (pale grey) and allowed (light blue): they differ in lightness too,
+#: and every cell also carries its mark, so the table survives greyscale and colour-blindness.
+_VISIBILITY_COLOURS = ListedColormap(["#f0f0f0", "#9ecae1"])
 
 
 def plot_visibility(num_tokens: int = 3, labels: Sequence[str] | None = None, ax=None):
-    """Draw the causal visibility table: a tick where the query token may see the key token."""
+    """Draw the causal visibility table: ✓ where the query token may use the key token, ✗ where not.
+
+    Rows are the tokens doing the looking (queries), columns the tokens looked at (keys); the marks
+    mean the same as in the chapters' printed tables: ✓ allowed, ✗ forbidden.
+
+    Example:
+        >>> fig = plot_visibility(3)
+        >>> "".join(t.get_text() for t in fig.axes[0].texts)
+        '✓✗✗✓✓✗✓✓✓'
+    """
+    num_tokens = check_positive_int("num_tokens", num_tokens)
     labels = _labels(labels, num_tokens)
     if ax is None:
-        _, ax = plt.subplots(figsize=(1.0 + 0.6 * num_tokens, 1.0 + 0.6 * num_tokens))
+        side = min(1.3 + 0.55 * num_tokens, COLUMN_WIDTH / 2)
+        _, ax = plt.subplots(figsize=(side, side))
     table = visibility(num_tokens)
-    ax.imshow(table.float().numpy(), cmap="Greens", vmin=-0.3, vmax=2.2)
-    ax.set_xticks(range(num_tokens), labels)
-    ax.set_yticks(range(num_tokens), labels)
-    ax.set_xlabel("may see token")
-    ax.set_ylabel("token")
+    ax.imshow(table.float().numpy(), cmap=_VISIBILITY_COLOURS, vmin=0, vmax=1)
+    _square_axes(ax, num_tokens, labels, "key token (may be used)", "query token (using)")
+    ax.set_title("Causal visibility", fontsize=10)
+    ax.figure.tight_layout()
+    size = _number_size(ax, num_tokens, ["✓"], largest=12, smallest=7) or 7
     for i in range(num_tokens):
         for j in range(num_tokens):
             ax.text(j, i, "✓" if table[i, j] else "✗", ha="center", va="center",
-                    color="black" if table[i, j] else "grey", fontsize=12)
-    ax.set_title("Causal visibility")
+                    color="black" if table[i, j] else "#555555", fontsize=size)
     return ax.figure
 
 
+# --- Attention weights -------------------------------------------------------------------------
+
 def plot_attention(weights: torch.Tensor, labels: Sequence[str] | None = None,
                    titles: Sequence[str] | None = None, fmt: str = ".2f", cmap: str = "Blues"):
-    """Heat maps of attention weights, one panel per head, side by side.
+    """Heat maps of attention weights, one panel per head, at most two panels per row.
+
+    Each cell holds its weight as a number when the number fits the cell at a readable size (7 pt
+    or more, with the figure at most :data:`COLUMN_WIDTH` inches wide); otherwise the panels get a
+    colour bar instead. The default colour map, ``Blues``, runs from white (a weight of 0, such as
+    every masked entry) to dark blue (1) with steadily falling lightness, so it reads the same in
+    greyscale and to colour-blind readers.
 
     Args:
-        weights: ``(T, T)`` for one head, or ``(num_heads, T, T)`` for several (one batch row;
+        weights: ``(T, T)`` for one head, or ``(h, T, T)`` for several (one batch row;
             index the batch first, e.g. ``module.attention_weights(x)[0]``).
         labels: one label per token (default ``1 .. T``).
         titles: one title per head (default ``Head 1 .. Head h``).
+        fmt: the format of the numbers in the cells.
+        cmap: a matplotlib colour map.
+
+    Example:
+        >>> fig = plot_attention(torch.softmax(torch.rand(3, 4, 4), dim=-1))
+        >>> len(fig.axes), [ax.get_title() for ax in fig.axes]
+        (3, ['Head 1', 'Head 2', 'Head 3'])
     """
     weights = torch.as_tensor(weights).detach().float().cpu()
     if weights.dim() == 2:
@@ -85,31 +136,58 @@ def plot_attention(weights: torch.Tensor, labels: Sequence[str] | None = None,
     titles = list(titles) if titles is not None else [f"Head {h + 1}" for h in range(num_heads)]
     if len(titles) != num_heads:
         raise ValueError(f"titles has {len(titles)} entries but there are {num_heads} heads.")
-    size = 1.2 + 0.55 * n
-    fig, axes = plt.subplots(1, num_heads, figsize=(size * num_heads, size), squeeze=False)
-    for ax, head_weights, title in zip(axes[0], weights, titles):
-        _annotate_square(ax, head_weights, labels, fmt, cmap)
-        ax.set_title(title)
+    columns = min(num_heads, 2)
+    rows = math.ceil(num_heads / columns)
+    side = min(1.3 + 0.55 * n, COLUMN_WIDTH / columns, 4.6)
+    fig, axes = plt.subplots(rows, columns, figsize=(side * columns, side * rows), squeeze=False)
+    for ax in axes.flat[num_heads:]:
+        fig.delaxes(ax)  # an odd number of heads leaves the last cell of the grid empty
+    panels = list(axes.flat[:num_heads])
+    image = None
+    for ax, head_weights, title in zip(panels, weights, titles):
+        image = ax.imshow(head_weights.numpy(), cmap=cmap, vmin=0.0, vmax=1.0)
+        _square_axes(ax, n, labels, "key token (attended to)", "query token (attending)")
+        ax.set_title(title, fontsize=10)
     fig.tight_layout()
+    texts = [format(float(v), fmt) for v in weights.flatten()]
+    size = _number_size(panels[0], n, texts)
+    if size is None:  # numbers would be unreadable: show the scale instead
+        fig.colorbar(image, ax=panels, shrink=0.8, label="attention weight")
+        return fig
+    for ax, head_weights in zip(panels, weights):
+        for i in range(n):
+            for j in range(n):
+                value = float(head_weights[i, j])
+                colour = "white" if value > 0.5 else "black"
+                ax.text(j, i, format(value, fmt), ha="center", va="center", color=colour, fontsize=size)
     return fig
 
 
-# --- The flow of multi-head attention: enter, split into heads, per-head attention, merge -------
+# --- The flow of multi-head attention: enter, fan out to heads, process per head, merge ---------
 
-_HEAD_COLOURS = plt.get_cmap("tab10").colors
+#: One colour per drawn head (Okabe and Ito's palette, told apart by colour-blind readers).
+_HEAD_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00")
 _NEUTRAL = "#555555"
 
 
-def _box(ax, x, y, width, height, text, colour, fontsize=9.5, fill_alpha=0.12):
-    ax.add_patch(FancyBboxPatch((x - width / 2, y - height / 2), width, height,
-                                boxstyle="round,pad=0.02,rounding_size=0.12", linewidth=1.4,
-                                edgecolor=colour, facecolor=(*to_rgb(colour), fill_alpha)))
-    ax.text(x, y, text, ha="center", va="center", fontsize=fontsize, color="black")
+class _Canvas:
+    """An axes in layout units, with every font size multiplied by the figure's scale."""
 
+    def __init__(self, ax, scale: float):
+        self.ax, self.scale = ax, scale
 
-def _arrow(ax, start, end, colour):
-    ax.annotate("", xy=end, xytext=start,
-                arrowprops=dict(arrowstyle="-|>", color=colour, lw=1.3, shrinkA=0, shrinkB=0))
+    def text(self, x, y, text, fontsize, **kwargs):
+        return self.ax.text(x, y, text, fontsize=fontsize * self.scale, **kwargs)
+
+    def box(self, x, y, width, height, text, colour, fontsize=9.5, fill_alpha=0.12):
+        self.ax.add_patch(FancyBboxPatch((x - width / 2, y - height / 2), width, height,
+                                         boxstyle="round,pad=0.02,rounding_size=0.12", linewidth=1.4,
+                                         edgecolor=colour, facecolor=(*to_rgb(colour), fill_alpha)))
+        self.text(x, y, text, fontsize, ha="center", va="center", color="black")
+
+    def arrow(self, start, end, colour):
+        self.ax.annotate("", xy=end, xytext=start,
+                         arrowprops=dict(arrowstyle="-|>", color=colour, lw=1.3, shrinkA=0, shrinkB=0))
 
 
 def _heads_to_draw(num_heads: int, max_heads_drawn: int) -> list[int | None]:
@@ -123,22 +201,22 @@ def plot_head_flow(num_heads: int = 2, *, num_tokens: int | None = None, d_in: i
                    head_dim: int | None = None, batched: bool = False, max_heads_drawn: int = 4):
     """Draw the flow of multi-head attention for any number of heads.
 
-    Read it left to right: the input ``X`` enters once, reaches every head unchanged, each head
-    turns it into its own context vectors ``Z_i`` with its own weights, and the merge joins the
-    ``Z_i`` into one matrix ``Z``, the only place the heads' paths meet. With one head there is
-    nothing to merge and ``Z = Z_1``.
+    Read it left to right: the input ``X`` enters once and fans out, unchanged, to every head;
+    each head turns it into its own context vectors ``Z_i`` with its own weights; and the merge
+    joins the ``Z_i`` into one matrix ``Z``, the only place the heads' paths meet. With one head
+    there is nothing to merge and ``Z = Z_1``.
 
     Args:
-        num_heads: how many heads (1 draws single-head attention).
-        num_tokens, d_in, head_dim: sizes to print the shapes with; symbols (``T``, ``d_in``,
-            ``head_dim``) are printed for any left as ``None``.
+        num_heads: how many heads, ``h`` (1 draws single-head attention).
+        num_tokens, d_in, head_dim: sizes to print the shapes with; the book's symbols (``T``,
+            ``d_in``, ``d_h``) are printed for any left as ``None``.
         batched: draw the batched module of chapter 3 instead of stacked heads: one query, key and
-            value projection of width ``d_out = num_heads * head_dim``, viewed as ``num_heads``
-            slices, merged by concatenation and then mixed by the output projection.
+            value projection of width ``d_out = h * d_h``, split into ``h`` slices, merged by
+            concatenation and then mixed by the output projection.
         max_heads_drawn: above this many heads the middle heads are drawn as a row of dots.
 
     Returns:
-        The matplotlib figure.
+        The matplotlib figure, at most :data:`COLUMN_WIDTH` inches wide.
 
     Example:
         >>> fig = plot_head_flow(2, num_tokens=3, d_in=3, head_dim=2)
@@ -149,144 +227,160 @@ def plot_head_flow(num_heads: int = 2, *, num_tokens: int | None = None, d_in: i
     max_heads_drawn = check_positive_int("max_heads_drawn", max_heads_drawn)
     if max_heads_drawn < 2:
         raise ValueError(f"max_heads_drawn must be at least 2 (the first and the last head), got {max_heads_drawn}.")
-    T = str(num_tokens) if num_tokens is not None else "T"
-    d = str(d_in) if d_in is not None else "d_in"
-    hd = str(head_dim) if head_dim is not None else "head_dim"
+    T = str(num_tokens) if num_tokens is not None else "$T$"
+    d = str(d_in) if d_in is not None else r"$d_\mathrm{in}$"
+    hd = str(head_dim) if head_dim is not None else "$d_h$"
     if head_dim is not None:
         width = str(num_heads * head_dim)
     else:
-        width = "head_dim" if num_heads == 1 else f"{num_heads}·head_dim"
+        width = "$d_h$" if num_heads == 1 else rf"${num_heads}\,d_h$"
     rows = _heads_to_draw(num_heads, max_heads_drawn)
     height = max(2.4, 1.15 * len(rows) + 1.1)
     row_y = [height - 1.5 - 1.15 * i for i in range(len(rows))]
     centre = (row_y[0] + row_y[-1]) / 2
     merges = num_heads > 1 or batched
 
-    # Column positions, left to right: each box's centre, from the widths and one gap between boxes.
-    w_in, w_proj, w_head, w_z, w_merge, w_out, w_final, gap = 1.3, 1.75, 1.95, 0.85, 1.3, 1.15, 0.85, 0.5
-    x_in = 0.15 + w_in / 2
+    # Column positions, left to right: each box's centre, from the widths and the gaps between boxes.
+    w_in, w_proj, w_z, w_merge, w_final, gap = 1.3, 1.6, 0.85, 1.45, 0.85, 0.45
+    w_head = 1.6 if batched else 1.95
+    x_in = 0.1 + w_in / 2
     x_proj = x_in + w_in / 2 + gap + w_proj / 2
-    x_head = (x_proj + w_proj / 2 if batched else x_in + w_in / 2) + 2.4 * gap + w_head / 2
+    x_head = (x_proj + w_proj / 2 + 1.6 * gap if batched else x_in + w_in / 2 + 2.6 * gap) + w_head / 2
     x_z = x_head + w_head / 2 + gap + w_z / 2
-    x_merge = x_z + w_z / 2 + 1.6 * gap + w_merge / 2
-    x_out = x_merge + w_merge / 2 + gap + w_out / 2
-    x_final = (x_out + w_out / 2 if batched else x_merge + w_merge / 2) + gap + w_final / 2
-    fig_width = (x_final + w_final / 2 if merges else x_z + w_z / 2 + 0.6) + 0.25
-    fig, ax = plt.subplots(figsize=(0.85 * fig_width, 0.85 * height))
+    x_merge = x_z + w_z / 2 + 1.5 * gap + w_merge / 2
+    x_final = x_merge + w_merge / 2 + gap + w_final / 2
+    fig_width = (x_final + w_final / 2 if merges else x_z + w_z / 2 + 0.6) + 0.1
+    # 0.85 inch per layout unit, shrunk (fonts too) to fit the book's column.
+    scale = min(1.0, COLUMN_WIDTH / (0.85 * fig_width))
+    fig, ax = plt.subplots(figsize=(0.85 * fig_width * scale, 0.85 * height * scale))
     ax.set_xlim(0, fig_width)
     ax.set_ylim(0, height)
     ax.axis("off")
+    draw = _Canvas(ax, scale)
 
     tokens = (f"tokens 1..{num_tokens}" if num_tokens and num_tokens > 3
               else "tokens " + ", ".join(str(i + 1) for i in range(num_tokens)) if num_tokens else "tokens")
-    _box(ax, x_in, centre, w_in, 1.0, f"$X$\n{tokens}\n({T}, {d})", _NEUTRAL, fontsize=9)
+    draw.box(x_in, centre, w_in, 1.0, f"$X$\n{tokens}\n({T}, {d})", _NEUTRAL, fontsize=9.5)
     top = height - 0.75
-    ax.text(x_in, top, "enter", ha="center", va="bottom", fontsize=10, weight="bold")
 
+    def stage(x, text):
+        draw.text(x, top, text, 10, ha="center", va="bottom", weight="bold")
+
+    stage(x_in, "enter")
     if batched:
-        _box(ax, x_proj, centre, w_proj, 1.3,
-             f"one $W_q$, $W_k$, $W_v$\n{d} → {width}\nview as {num_heads}\nslices of {hd}", _NEUTRAL, fontsize=8.5)
-        _arrow(ax, (x_in + w_in / 2, centre), (x_proj - w_proj / 2, centre), _NEUTRAL)
+        draw.box(x_proj, centre, w_proj, 1.3, f"one $W_q$, $W_k$, $W_v$\n{d} → {width}", _NEUTRAL, fontsize=9.5)
+        draw.arrow((x_in + w_in / 2, centre), (x_proj - w_proj / 2, centre), _NEUTRAL)
+        stage(x_proj, "project, then\nsplit into heads")
         fan_from = (x_proj + w_proj / 2, centre)
     else:
         fan_from = (x_in + w_in / 2, centre)
-    stage = "split\ninto heads" if num_heads > 1 or batched else "one\nweight set"
-    ax.text((fan_from[0] + x_head - w_head / 2) / 2, top, stage, ha="center", va="bottom", fontsize=10,
-            weight="bold")
-    stage = "per-head attention" if merges else "attention"
-    ax.text((x_head + x_z) / 2, top, stage, ha="center", va="bottom", fontsize=10, weight="bold")
+        stage((fan_from[0] + x_head - w_head / 2) / 2, "fan out\nto heads" if merges else "one\nweight set")
+    stage((x_head + x_z) / 2, "process per head" if merges else "attention")
 
     for row, (y, head) in enumerate(zip(row_y, rows)):
         if head is None:
-            ax.text(x_head, y, r"$\vdots$", ha="center", va="center", fontsize=16)
-            ax.text(x_z, y, r"$\vdots$", ha="center", va="center", fontsize=16)
+            draw.text(x_head, y, r"$\vdots$", 16, ha="center", va="center")
+            draw.text(x_z, y, r"$\vdots$", 16, ha="center", va="center")
             continue
         colour = _HEAD_COLOURS[row % len(_HEAD_COLOURS)]  # by row, so the drawn heads never share a colour
-        weights = (f"slice {head} of Q, K, V" if batched
-                   else f"own $W_q^{{({head})}}, W_k^{{({head})}}, W_v^{{({head})}}$")
-        _box(ax, x_head, y, w_head, 0.9, f"Head {head}\n{weights}\ncausal attention", colour, fontsize=8.5)
-        _arrow(ax, fan_from, (x_head - w_head / 2, y), colour if not batched else _NEUTRAL)
-        _box(ax, x_z, y, w_z, 0.75, f"$Z_{{{head}}}$", colour, fontsize=11)
-        ax.text(x_z, y - 0.52, f"({T}, {hd})", ha="center", va="center", fontsize=8)
-        _arrow(ax, (x_head + w_head / 2, y), (x_z - w_z / 2, y), colour)
+        weights = (f"slice {head} of $Q, K, V$\n({hd} columns)" if batched
+                   else "its own $W_q, W_k, W_v$\ncausal attention")
+        draw.box(x_head, y, w_head, 0.9, f"Head {head}\n{weights}", colour, fontsize=9)
+        draw.arrow(fan_from, (x_head - w_head / 2, y), colour if not batched else _NEUTRAL)
+        draw.box(x_z, y, w_z, 0.75, f"$Z_{{{head}}}$", colour, fontsize=12)
+        draw.text(x_z, y - 0.52, f"({T}, {hd})", 9, ha="center", va="center")
+        draw.arrow((x_head + w_head / 2, y), (x_z - w_z / 2, y), colour)
         if merges:
-            _arrow(ax, (x_z + w_z / 2, y), (x_merge - w_merge / 2, centre), colour)
+            draw.arrow((x_z + w_z / 2, y), (x_merge - w_merge / 2, centre), colour)
 
     if merges:
-        ax.text((x_merge + x_final) / 2, top, "merge", ha="center", va="bottom", fontsize=10, weight="bold")
-        _box(ax, x_merge, centre, w_merge, 1.0, "concatenate\nside by side", _NEUTRAL, fontsize=9)
-        if batched:
-            _arrow(ax, (x_merge + w_merge / 2, centre), (x_out - w_out / 2, centre), _NEUTRAL)
-            _box(ax, x_out, centre, w_out, 0.9, "out_proj\nmixes heads", _NEUTRAL, fontsize=9)
-            _arrow(ax, (x_out + w_out / 2, centre), (x_final - w_final / 2, centre), _NEUTRAL)
-        else:
-            _arrow(ax, (x_merge + w_merge / 2, centre), (x_final - w_final / 2, centre), _NEUTRAL)
-        _box(ax, x_final, centre, w_final, 0.75, "$Z$", _NEUTRAL, fontsize=12)
-        ax.text(x_final, centre - 0.55, f"({T}, {width})", ha="center", va="center", fontsize=8)
+        stage(x_merge, "merge")
+        merge_text = "concatenate,\nthen out_proj\n($W_O$)" if batched else "concatenate\nside by side"
+        draw.box(x_merge, centre, w_merge, 1.0, merge_text, _NEUTRAL, fontsize=9.5)
+        draw.arrow((x_merge + w_merge / 2, centre), (x_final - w_final / 2, centre), _NEUTRAL)
+        draw.box(x_final, centre, w_final, 0.75, "$Z$", _NEUTRAL, fontsize=12)
+        draw.text(x_final, centre - 0.55, f"({T}, {width})", 9, ha="center", va="center")
     else:
-        ax.text(x_z, row_y[0] - 0.8, "nothing to merge:\n$Z = Z_1$", ha="center", va="top", fontsize=9)
+        draw.text(x_z, row_y[0] - 0.8, "nothing to merge:\n$Z = Z_1$", 9.5, ha="center", va="top")
     if batched:
         title = f"{num_heads} head{'s' if num_heads > 1 else ''}, batched in one module"
     else:
         title = f"{num_heads} heads, stacked" if num_heads > 1 else "1 head: single-head attention"
-    ax.set_title(title, fontsize=11)
+    ax.set_title(title, fontsize=11 * scale)
     fig.tight_layout()
     return fig
 
 
+# --- How cost grows with the number of heads -----------------------------------------------------
+
+#: One colour and marker per regime: Okabe and Ito's blue and orange, circles and squares.
+_REGIME_STYLE = {
+    REGIMES[0]: {"color": "#E69F00", "marker": "o", "markersize": 8, "linewidth": 3.0},
+    REGIMES[1]: {"color": "#0072B2", "marker": "s", "markersize": 4.5, "linewidth": 1.5},
+}
+
+
 def plot_cost_regimes(points):
-    """Plot a head-count sweep: how parameters, multiply-adds and time grow with the heads.
+    """Plot a head-count sweep: how parameters, multiply-adds and score memory grow with the heads.
 
     Each panel shows a quantity as a multiple of its value at the fewest heads, on log-log axes,
-    so "grows in proportion to the heads" is the dotted diagonal and "does not grow" is the
-    horizontal line at 1. Colour marks the regime (head width fixed, model width fixed); line
-    style marks the implementation (solid: stacked wrapper, dashed: batched module).
+    so "grows in proportion to the heads" is the broad grey diagonal and "does not grow" is the
+    horizontal line at 1. Colour and marker mark the regime (head width fixed: wide orange line,
+    large circles; model width fixed: thin blue line, small squares, drawn on top, so that where
+    the two coincide both stay visible); line style marks the implementation (solid: stacked
+    wrapper, dashed: batched module, dotted: any other). Timed points add a panel for the time.
 
     Args:
         points: the list returned by :func:`mha_course.compare.head_count_sweep`. The time panel
             is drawn only when every point was timed.
 
     Returns:
-        The matplotlib figure.
+        The matplotlib figure, :data:`COLUMN_WIDTH` inches wide: one row of panels, or two rows of
+        two when there are four.
     """
     points = list(points)
     if not points:
         raise ValueError("points is empty; pass the result of mha_course.compare.head_count_sweep(...).")
-    quantities = [("parameters", "parameters"), ("multiply_adds", "multiply-adds")]
+    quantities = [("parameters", "parameters"), ("multiply_adds", "multiply-adds"),
+                  ("score_bytes", "score memory")]
     if all(p.time is not None for p in points):
         quantities.append(("time", "forward time (measured)"))
     groups: dict[tuple[str, str], list] = {}
     for p in points:
         groups.setdefault((p.regime, p.implementation), []).append(p)
-    colours = dict(zip(REGIMES, ("tab:red", "tab:blue")))
     styles = {"stacked": "-", "batched": "--"}  # any other implementation: dotted
     names = {"stacked": "stacked heads", "batched": "batched module"}
     head_counts = sorted({p.num_heads for p in points})
-    fig, axes = plt.subplots(1, len(quantities), figsize=(4.2 * len(quantities), 3.6), squeeze=False)
-    for ax, (field, label) in zip(axes[0], quantities):
-        top = 1.0
-        for (regime, implementation), group in groups.items():
+    columns = 2 if len(quantities) == 4 else len(quantities)
+    rows = math.ceil(len(quantities) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(COLUMN_WIDTH, 2.55 * rows + 0.45), squeeze=False)
+    ordered = sorted(groups.items(), key=lambda item: REGIMES.index(item[0][0]))  # model width on top
+    for ax, (field, label) in zip(axes.flat, quantities):
+        lo, hi = head_counts[0], head_counts[-1]
+        ax.plot([lo, hi], [1, hi / lo], "-", color="#bbbbbb", lw=7, alpha=0.6, zorder=0,
+                solid_capstyle="round", label="in proportion to heads")
+        for (regime, implementation), group in ordered:
             group = sorted(group, key=lambda p: p.num_heads)
-
             values = [p.time.median if field == "time" else getattr(p, field) for p in group]
             ratios = [v / values[0] for v in values]
-            top = max(top, *ratios)
-            ax.plot([p.num_heads for p in group], ratios, styles.get(implementation, ":"), marker="o",
-                    color=colours[regime],
-                    label=f"{REGIME_LABELS[regime]}, {names.get(implementation, implementation)}")
-        lo, hi = head_counts[0], head_counts[-1]
-        ax.plot([lo, hi], [1, hi / lo], ":", color="grey", lw=2.5, zorder=0, label="in proportion to heads")
+            ax.plot([p.num_heads for p in group], ratios, styles.get(implementation, ":"),
+                    label=f"{REGIME_LABELS[regime]}, {names.get(implementation, implementation)}",
+                    **_REGIME_STYLE[regime])
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
         ax.set_xticks(head_counts, [str(h) for h in head_counts])
         ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-        ax.set_xlabel("number of heads")
-        ax.set_ylabel(f"× its value at {lo} head{'s' if lo > 1 else ''}")
-        ax.set_title(label)
+        ax.tick_params(labelsize=8.5)
+        ax.set_xlabel("heads $h$", fontsize=9)
+        ax.set_title(label, fontsize=10)
         ax.grid(True, which="major", alpha=0.3)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(f"× its value at {head_counts[0]} head{'s' if head_counts[0] > 1 else ''}", fontsize=9)
+    for ax in axes.flat[len(quantities):]:
+        fig.delaxes(ax)
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=8.5, frameon=False)
-    fig.tight_layout(rect=(0, 0.09 + 0.04 * (len(labels) > 3), 1, 1))
+    fig.tight_layout(rect=(0, 0.3 / (2.55 * rows + 0.45) * (1 + (len(labels) > 3)), 1, 1))
     return fig
 
 

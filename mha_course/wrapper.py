@@ -41,33 +41,49 @@ class MultiHeadAttentionWrapper(nn.Module):
         torch.Size([1, 6, 4])
     """
 
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads,
+                 qkv_bias=False):
         super().__init__()
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.d_in = check_positive_int("d_in", d_in)
-        self.d_out = check_positive_int("d_out", d_out, hint="In the wrapper d_out is the width of each head.")
-        self.context_length = check_positive_int("context_length", context_length)
+        self.d_out = check_positive_int(
+            "d_out", d_out,
+            hint="In the wrapper d_out is the width of each head.",
+        )
+        self.context_length = check_positive_int(
+            "context_length", context_length
+        )
         check_dropout(dropout)
         check_bool("qkv_bias", qkv_bias)
-        # Each head is a complete CausalAttention with weights of its own: nothing is shared.
+        # Each head is a complete CausalAttention with weights of its own:
+        # nothing is shared.
         self.heads = nn.ModuleList(
-            CausalAttention(d_in, d_out, context_length, dropout, qkv_bias) for _ in range(self.num_heads)
+            CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)
+            for _ in range(self.num_heads)
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Run every head on ``x`` and concatenate: ``(B, T, d_in) -> (B, T, num_heads * d_out)``."""
-        check_input(x, self.d_in, self.context_length, like=self.heads[0].W_query.weight)
+        """Run every head on ``x`` and concatenate their outputs.
+
+        ``(B, T, d_in) -> (B, T, num_heads * d_out)``.
+        """
+        check_input(x, self.d_in, self.context_length,
+                    like=self.heads[0].W_query.weight)
         # The merge: the only place where the heads' paths meet.
-        return torch.cat([head(x) for head in self.heads], dim=-1)  # (B, T, num_heads * d_out)
+        outputs = [head(x) for head in self.heads]  # h x (B, T, d_out)
+        return torch.cat(outputs, dim=-1)  # (B, T, num_heads * d_out)
 
     @torch.no_grad()
     def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
-        """Every head's attention weights, shape ``(batch, num_heads, num_tokens, num_tokens)``.
+        """Every head's attention weights, shape ``(B, num_heads, T, T)``.
 
         Example:
-            >>> wrapper = MultiHeadAttentionWrapper(3, 2, 6, dropout=0.0, num_heads=2)
+            >>> wrapper = MultiHeadAttentionWrapper(3, 2, 6, dropout=0.0,
+            ...                                     num_heads=2)
             >>> wrapper.attention_weights(torch.rand(1, 4, 3)).shape
             torch.Size([1, 2, 4, 4])
         """
-        check_input(x, self.d_in, self.context_length, like=self.heads[0].W_query.weight)
-        return torch.stack([head.attention_weights(x) for head in self.heads], dim=1)
+        check_input(x, self.d_in, self.context_length,
+                    like=self.heads[0].W_query.weight)
+        weights = [head.attention_weights(x) for head in self.heads]
+        return torch.stack(weights, dim=1)  # (B, num_heads, T, T)

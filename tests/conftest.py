@@ -14,6 +14,8 @@ from mha_course import (
     MultiHeadAttention,
     MultiHeadAttentionWrapper,
 )
+from mha_course.bench.machine import cpu_memory_unsupported_reason
+from mha_course.exercises.grading_setup import platform_problem
 
 # tests/notebooks/ holds the grader's test inputs (some raise, hang or tamper on purpose): they are
 # read by tests/test_grader.py, never collected by nbval as chapters.
@@ -23,6 +25,13 @@ collect_ignore_glob = ["notebooks/*.ipynb"]
 torch.set_num_threads(1)
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device; none is present")
+
+# Grading (python -m mha_course grade / progress) needs a POSIX system; elsewhere (Windows) the
+# tests that grade are skipped with the grader's own message.
+POSIX_GRADING = pytest.mark.skipif(platform_problem() is not None, reason=platform_problem() or "")
+# The benchmark's peak-memory probe forks a child and reads the resource module: not on Windows.
+CPU_MEMORY = pytest.mark.skipif(cpu_memory_unsupported_reason() is not None,
+                                reason=f"peak memory is not measured: {cpu_memory_unsupported_reason()}")
 
 
 class TokenByToken(nn.Module):

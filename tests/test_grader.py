@@ -1,7 +1,12 @@
 """The grader on small hostile notebooks (tests/notebooks/): one that raises, one that tampers
-(redefines check, monkeypatches the package and torch, deletes an answer, forges a record), one
-whose kernel dies, and one that never ends. The grader must survive each, say what happened, score
-what it can by checking the answers itself, and leave the learner's files untouched.
+(redefines check, monkeypatches the package and torch, deletes an answer, forges a record), one that
+patches torch.save to forge the grader's records, one that edits the package's files on disk, one
+whose kernel dies, one that calls exit(), and one that never ends. The grader must survive each,
+say what happened and in which cell, score only what the answers themselves earn, and leave the
+learner's files and the package untouched.
+
+Most notebooks are graded in one shared run of the grade command (a kernel and an answer process
+each, two at a time), read by the tests below.
 """
 
 from __future__ import annotations
@@ -9,65 +14,107 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import nbformat
 import pytest
+import torch
 
+from conftest import POSIX_GRADING
 from mha_course.__main__ import main
-from mha_course.exercises.grader import exercises_for, grade_notebook
+from mha_course.exercises.definitions import defined_names, definitions
+from mha_course.exercises.grader import (GradingUnavailableError, NotebookReport, exercises_for, format_report,
+                                         grade, grade_notebook)
+from mha_course.exercises.kernel_side import _plain, to_record
+from mha_course.exercises.package_files import PackageSnapshot
+from mha_course.exercises.report import score
 
+ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = Path(__file__).parent / "notebooks"
-HOSTILE = ["raises.ipynb", "tampers.ipynb", "exits.ipynb"]
+# hangs.ipynb first: it takes longest (a cell and an answer run into their limits), the others share the other worker.
+SHARED = ["hangs.ipynb", "raises.ipynb", "tampers.ipynb", "exits.ipynb", "patches_save.ipynb", "calls_exit.ipynb"]
+CHAPTER_5 = [
+    "import torch\nfrom mha_course import check",
+    "def first_minus_previous(tokens):\n    return tokens[:, 1:] - tokens[:, :-1]  # differences of neighbours",
+    'check("5.1", first_minus_previous)',
+    "def first_minus_previous(tokens):  # fixed, but its check was not run again\n"
+    "    return tokens[:, :1] - tokens[:, :-1]",
+    "def scores_from_maps(maps):\n    queries = torch.arange(2, maps.shape[-1])\n"
+    "    return torch.stack([maps[:, queries, queries - 1].mean(1), maps[:, queries, 0].mean(1)], dim=1)",
+]
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """One run of the grade command over three hostile notebooks (a kernel start each)."""
-    out = tmp_path_factory.mktemp("grade") / "scores.json"
-    paths = [NOTEBOOKS / name for name in HOSTILE]
+    """One run of the grade command over the hostile notebooks and a chapter 5 notebook."""
+    folder = tmp_path_factory.mktemp("grade")
+    chapter_5 = folder / "05_why_several_heads.ipynb"  # no check call for 5.2: found by the file name
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CHAPTER_5]), chapter_5)
+    out = folder / "scores.json"
+    paths = [NOTEBOOKS / name for name in SHARED] + [chapter_5]
     before = {path: path.read_bytes() for path in paths}
     listing = sorted(NOTEBOOKS.iterdir())
+    package = PackageSnapshot()
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        returncode = main(["grade", *map(str, paths), "--json", str(out), "--timeout", "300",
-                           "--check-timeout", "120"])
+        returncode = main(["grade", *map(str, paths), "--json", str(out), "--timeout", "300", "--cell-timeout", "8",
+                           "--check-timeout", "4", "--jobs", "2"])
     proc = SimpleNamespace(returncode=returncode, stdout=stdout.getvalue(), stderr=stderr.getvalue())
-    scores = json.loads(out.read_text()) if out.exists() else None
+    scores = json.loads(out.read_text(encoding="utf-8")) if out.exists() else None
     by_name = {Path(n["notebook"]).name: n for n in scores["notebooks"]} if scores else {}
-    return SimpleNamespace(proc=proc, scores=scores, by_name=by_name, before=before, listing=listing)
+    return SimpleNamespace(proc=proc, scores=scores, by_name=by_name, before=before, listing=listing,
+                           package_changed=package.changed(), out=out)
 
 
 def _statuses(notebook: dict) -> dict[str, str]:
     return {e["id"]: e["status"] for e in notebook["exercises"]}
 
 
+def _line(notebook: dict, exercise_id: str) -> str:
+    return next(e["line"] for e in notebook["exercises"] if e["id"] == exercise_id)
+
+
+@POSIX_GRADING
 def test_command_succeeds_with_table_json_and_progress_bar(graded):
     assert graded.proc.returncode == 0, graded.proc.stderr
     out = graded.proc.stdout
-    assert "exercise result" in out and "Total: 2/9 exercises passed in 3 notebook(s)" in out
-    assert "Grading" in graded.proc.stderr and "3/3" in graded.proc.stderr  # the tqdm bar
-    assert graded.scores["score"] == 2 and graded.scores["max_score"] == 9
-    assert [Path(n["notebook"]).name for n in graded.scores["notebooks"]] == HOSTILE
+    # The table printed is the one the JSON's reports make, then where the JSON went.
+    reports = [NotebookReport.from_dict(n) for n in graded.scores["notebooks"]]
+    assert out == format_report(reports) + f"\nScores written to {graded.out}\n"
+    assert "Total: 7/20 exercises passed in 7 notebook(s)" in out
+    assert "Grading" in graded.proc.stderr and "7/7" in graded.proc.stderr  # the progress line
+    assert "Task exception" not in graded.proc.stderr  # nbclient's reader of an interrupted cell stays quiet
+    assert graded.scores["score"] == 7 and graded.scores["max_score"] == 20
+    assert [Path(n["notebook"]).name for n in graded.scores["notebooks"]] == [*SHARED, "05_why_several_heads.ipynb"]
 
 
-def test_learners_files_are_untouched(graded):
+@POSIX_GRADING
+def test_learners_files_and_the_package_are_untouched(graded):
     for path, content in graded.before.items():
         assert path.read_bytes() == content
     assert sorted(NOTEBOOKS.iterdir()) == graded.listing  # nothing written next to them
+    assert graded.package_changed == []
 
 
-def test_a_cell_that_raises_is_reported_and_the_rest_still_counts(graded):
+@POSIX_GRADING
+def test_a_cell_that_raises_is_reported_by_its_first_line_and_the_rest_still_counts(graded):
     notebook = graded.by_name["raises.ipynb"]
     assert _statuses(notebook) == {"1.1": "passed", "1.2": "failed", "1.3": "not implemented"}
-    assert "cell 6 raised ZeroDivisionError: division by zero" in notebook["events"]
+    # Cells are named by their number counting every cell, and by their first line.
+    assert notebook["events"] == ["cell 7 (`ratio = 1 / 0  # an error halfway through`) raised ZeroDivisionError: "
+                                  "division by zero"]
     wrong = notebook["exercises"][1]
     assert "Nothing stops a token from attending to later tokens" in wrong["line"]
     assert wrong["checks_passed"] == 2 and wrong["checks_total"] == 7
     assert notebook["score"] == 1 and notebook["max_score"] == 3
 
 
+@POSIX_GRADING
 def test_tampering_cannot_fake_a_pass(graded):
     notebook = graded.by_name["tampers.ipynb"]
     # The wrong mask fails although the notebook redefined check, printed a pass, monkeypatched
@@ -76,32 +123,133 @@ def test_tampering_cannot_fake_a_pass(graded):
     first = notebook["exercises"][0]
     assert first["notebook_printed"] == "✓ 1.1 passed (5 checks)"
     assert "You returned the visibility table" in first["line"]
-    assert "1.1: the notebook printed a pass, but the grader's own check says failed" in notebook["events"]
+    assert ("1.1: the notebook printed a pass (✓ 1.1 passed (5 checks)), but the grader's own check says failed"
+            in notebook["events"])
     # The deleted answer is reported as missing, by name.
-    assert "no visible_positions is defined in the notebook" in notebook["exercises"][2]["line"]
-    assert "1.3: the notebook printed a pass, but the grader's own check says missing" in notebook["events"]
+    assert "no visible_positions is defined in the notebook" in _line(notebook, "1.3")
+    assert any(e.startswith("1.3: the notebook printed a pass") and e.endswith("says missing")
+               for e in notebook["events"])
 
 
-def test_a_kernel_that_dies_is_reported(graded):
-    notebook = graded.by_name["exits.ipynb"]
-    assert set(_statuses(notebook).values()) == {"not checked"}
-    assert any(event.startswith("the kernel died while running cell 3") for event in notebook["events"])
+@POSIX_GRADING
+def test_patching_torch_save_forges_nothing(graded):
+    notebook = graded.by_name["patches_save.ipynb"]
+    # Untouched stubs stay not implemented; the stub that patches torch.save when it is called is
+    # caught doing it and not scored.
+    assert _statuses(notebook) == {"1.1": "not implemented", "1.2": "not implemented", "1.3": "not scored"}
     assert notebook["score"] == 0
-    assert "the kernel died while running cell 3" in graded.proc.stdout
+    assert "the notebook's code changed torch.save" in _line(notebook, "1.3")
+    assert not any("printed" in event for event in notebook["events"])  # it printed ○ and was told ○
 
 
-def test_a_notebook_that_never_ends_times_out_and_is_still_graded():
-    path = NOTEBOOKS / "hangs.ipynb"
-    before = path.read_bytes()
-    report = grade_notebook(path, timeout=3, check_timeout=3)
-    assert path.read_bytes() == before
-    statuses = {e.id: e.status for e in report.exercises}
+@POSIX_GRADING
+def test_a_kernel_that_dies_is_blamed_on_its_cell_and_answers_before_it_count(graded):
+    notebook = graded.by_name["exits.ipynb"]
+    assert _statuses(notebook) == {"1.1": "passed", "1.2": "missing", "1.3": "missing"}
+    assert notebook["events"] == ["the kernel died while running cell 4 (`import os`) (did it exit or crash Python?)"]
+    assert "the kernel died while running cell 4 (`import os`)" in graded.proc.stdout
+
+
+@POSIX_GRADING
+def test_exit_is_blamed_on_the_cell_that_called_it(graded):
+    notebook = graded.by_name["calls_exit.ipynb"]
+    # The right answer before exit() passes; the one after it never ran, and says why.
+    assert _statuses(notebook) == {"1.1": "passed", "1.2": "not run", "1.3": "missing"}
+    assert notebook["events"][0].startswith("cell 5 (`def broken(:`) raised SyntaxError")
+    assert notebook["events"][1] == ("cell 6 (`exit()  # the kernel stops a moment after this cell ends`) called "
+                                     "exit(): the kernel stopped; the 2 code cell(s) after it did not run")
+    assert _line(notebook, "1.2") == (
+        "✗ 1.2: not run: cell 6 (`exit()  # the kernel stops a moment after this cell ends`) called exit(), which "
+        "stopped the kernel; causal_attention_forward is defined in cell 7 (`def causal_attention_forward(x, "
+        "W_query, W_key, W_value):`), which did not run to its end")
+    assert notebook["score"] == 1
+
+
+@POSIX_GRADING
+def test_a_cell_that_never_ends_is_interrupted_and_the_notebook_goes_on(graded):
+    notebook = graded.by_name["hangs.ipynb"]
     # 1.1 was defined before the endless cell; the answer to 1.2 never returns when called;
-    # 1.3 would have been defined after the endless cell.
-    assert statuses == {"1.1": "passed", "1.2": "timed out", "1.3": "missing"}
-    assert report.events[0].startswith("timed out: still running cell 3 after 3 s for the whole notebook")
-    assert "causal_attention_forward was still running after 3 s" in report.exercises[1].line
-    assert report.seconds < 120
+    # 1.3 is defined after the endless cell, which was interrupted after 8 s.
+    assert _statuses(notebook) == {"1.1": "passed", "1.2": "timed out", "1.3": "passed"}
+    assert notebook["events"] == ["timed out: cell 4 (`while True:  # a notebook that never ends`) was still running "
+                                  "after 8 s (the limit for one cell); it was interrupted"]
+    assert "causal_attention_forward was still running after 4 s" in _line(notebook, "1.2")
+    assert notebook["seconds"] < 120
+
+
+@POSIX_GRADING
+def test_a_chapter_5_notebook_is_graded_by_name_and_a_stale_verdict_is_reported(graded):
+    notebook = graded.by_name["05_why_several_heads.ipynb"]
+    assert _statuses(notebook) == {"5.1": "passed", "5.2": "failed"}
+    assert "Your two columns are swapped" in _line(notebook, "5.2")
+    # The notebook printed ✗ for its first attempt; the answer it ends with passes.
+    [event] = notebook["events"]
+    assert event.startswith("5.1: the notebook printed no pass (✗ 5.1") and event.endswith("says passed")
+
+
+@POSIX_GRADING
+def test_a_notebook_that_edits_the_package_is_not_scored_and_the_next_notebook_is_unaffected(tmp_path):
+    # The grader runs from a copy of the package, in a process of its own, so the notebook's edit
+    # reaches that copy and never the repository's files.
+    installed = tmp_path / "installed"
+    shutil.copytree(ROOT / "mha_course", installed / "mha_course", ignore=shutil.ignore_patterns("__pycache__"))
+    before = {p: p.read_bytes() for p in sorted((installed / "mha_course").rglob("*.py"))}
+    out = tmp_path / "scores.json"
+    env = {**os.environ, "PYTHONPATH": str(installed)}
+    proc = subprocess.run([sys.executable, "-m", "mha_course", "grade", str(NOTEBOOKS / "edits_package.ipynb"),
+                           str(NOTEBOOKS / "untouched.ipynb"), "--json", str(out), "--jobs", "1"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    edits, untouched = json.loads(out.read_text(encoding="utf-8"))["notebooks"]
+    assert edits["score"] == 0 and set(_statuses(edits).values()) == {"not scored"}
+    assert edits["events"] == ["not scored: the notebook changed the package's files (exercises/kernel_side.py); "
+                               "the installed ones were written back"]
+    assert _statuses(untouched) == {"1.1": "not implemented", "1.2": "not implemented", "1.3": "not implemented"}
+    assert untouched["events"] == [] and untouched["score"] == 0
+    # The edited file was written back.
+    assert {p: p.read_bytes() for p in sorted((installed / "mha_course").rglob("*.py"))} == before
+
+
+def test_definitions_replay_imports_defs_and_plain_assignments_only():
+    code = "\n".join([
+        "import torch", "from torch import nn as neural", "torch.save = print", "setattr(torch, 'load', print)",
+        "NEG = float('-inf')", "trained = train_model()", "W = torch.ones(3)", "alias = neural.Linear",
+        "class Heads(neural.Module):\n    pass", "@torch.no_grad()\ndef f(x):\n    return x", "del alias",
+        "for i in range(3):\n    pass", "check('1.1', f)",
+    ])
+    kinds = [type(s).__name__ for s in definitions(code)]
+    assert kinds == ["Import", "ImportFrom", "Assign", "Assign", "ClassDef", "FunctionDef", "Delete"]
+    assert defined_names(code) == {"torch", "neural", "NEG", "alias", "Heads", "f"}
+    assert definitions("def broken(:") == []
+
+
+def test_records_cross_the_process_boundary_unchanged():
+    record = {"mask": {"kind": "tensor", "value": torch.tensor([[True, False]]), "dtype": "bool"},
+              "out": torch.randn(2, 0, 3), "scalar": torch.tensor(1.5, dtype=torch.float64), "n": 3, "nested": [(1, "a")],
+              "odd": object()}
+    back = to_record(_plain(record))
+    assert torch.equal(back["mask"]["value"], record["mask"]["value"])
+    assert back["out"].shape == (2, 0, 3) and back["scalar"].dtype == torch.float64 and back["scalar"].item() == 1.5
+    assert back["n"] == 3 and back["nested"] == [(1, "a")] and back["odd"]["kind"] == "object"
+
+
+def test_the_package_snapshot_finds_and_writes_back_edits(tmp_path):
+    package = tmp_path / "mha_course"
+    (package / "exercises").mkdir(parents=True)
+    (package / "__init__.py").write_text("X = 1\n", encoding="utf-8")
+    (package / "exercises" / "checks.py").write_text("OK = True\n", encoding="utf-8")
+    snapshot = PackageSnapshot(package)
+    (package / "exercises" / "checks.py").write_text("OK = False\n", encoding="utf-8")
+    (package / "extra.py").write_text("", encoding="utf-8")
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / "checks.cpython-311.pyc").write_bytes(b"forged")  # not counted, but deleted
+    assert snapshot.changed() == ["exercises/checks.py", "extra.py"]
+    snapshot.restore()
+    assert snapshot.changed() == [] and (package / "exercises" / "checks.py").read_text(encoding="utf-8") == "OK = True\n"
+    assert not (package / "extra.py").exists() and not (package / "__pycache__" / "checks.cpython-311.pyc").exists()
+    copy = snapshot.write_copy(tmp_path / "copy")
+    (copy / "mha_course" / "__init__.py").write_text("X = 2\n", encoding="utf-8")
+    assert snapshot.changed_in(copy) == ["__init__.py"] and snapshot.changed() == []
 
 
 def test_exercises_are_found_by_check_calls_and_chapter_file_names(tmp_path):
@@ -113,31 +261,64 @@ def test_exercises_are_found_by_check_calls_and_chapter_file_names(tmp_path):
     assert exercises_for(empty, tmp_path / "notes.ipynb") == []
 
 
-def test_missing_notebook_and_bad_timeout_are_usage_errors(capsys, tmp_path):
+@POSIX_GRADING
+def test_missing_notebook_and_bad_limits_are_usage_errors(capsys, tmp_path):
     assert main(["grade", str(tmp_path / "nope.ipynb")]) == 2
     assert "No such notebook" in capsys.readouterr().err
     assert main(["grade", str(NOTEBOOKS / "raises.ipynb"), "--timeout", "0"]) == 2
-    assert "--timeout and --check-timeout must be positive" in capsys.readouterr().err
+    assert "--timeout must be a positive number of seconds, got 0" in capsys.readouterr().err
+    assert main(["grade", str(NOTEBOOKS / "raises.ipynb"), "--cell-timeout", "-1"]) == 2
+    assert "--cell-timeout must be a positive number of seconds, got -1" in capsys.readouterr().err
+    assert main(["grade", str(NOTEBOOKS / "raises.ipynb"), "--jobs", "0"]) == 2
+    assert "--jobs must be at least 1, got 0" in capsys.readouterr().err
 
 
+@POSIX_GRADING
 def test_an_unreadable_notebook_is_reported_not_raised(tmp_path):
     broken = tmp_path / "01_broken.ipynb"
-    broken.write_text("{ this is not json")
+    broken.write_text("{ this is not json", encoding="utf-8")
     report = grade_notebook(broken)
     assert report.exercises == [] and report.events[0].startswith("could not read the notebook")
 
 
-def test_a_chapter_5_notebook_is_graded_by_its_file_name(tmp_path):
-    # No check calls at all: the file name says chapter 5, and the answers are found by name.
-    cells = [
-        "import torch",
-        "def first_minus_previous(tokens):\n    return tokens[:, :1] - tokens[:, :-1]",
-        "def scores_from_maps(maps):\n    queries = torch.arange(2, maps.shape[-1])\n"
-        "    return torch.stack([maps[:, queries, queries - 1].mean(1), maps[:, queries, 0].mean(1)], dim=1)",
+def test_the_report_is_a_table_per_notebook_then_the_failures_the_events_and_the_total():
+    mine = NotebookReport("student/01_mine.ipynb", [
+        score("1.1", "passed", "✓ 1.1 passed (5 checks)", 5),
+        score("1.2", "failed", "✗ 1.2: causal: expected 0, got 1.", 2),
+        score("1.3", "not implemented", "○ 1.3 not implemented yet"),
+    ], ["cell 7 (`ratio = 1 / 0`) raised ZeroDivisionError: division by zero"])
+    broken = NotebookReport("student/notes.ipynb", [], ["could not read the notebook: NotJSONError: bad"])
+    assert format_report([mine, broken]).splitlines() == [
+        "student/01_mine.ipynb: 1/3 exercises passed",
+        "exercise  result           checks  title",
+        "--------  ---------------  ------  -------------------------------",
+        "1.1       passed              5/5  build the causal mask",
+        "1.2       failed              2/7  one causal head's forward pass",
+        "1.3       not implemented     0/5  which positions a token may see",
+        "✗ 1.2: causal: expected 0, got 1.",
+        "○ 1.3 not implemented yet",
+        "! cell 7 (`ratio = 1 / 0`) raised ZeroDivisionError: division by zero",
+        "",
+        "student/notes.ipynb: 0/0 exercises passed",
+        "! could not read the notebook: NotJSONError: bad",
+        "",
+        "Total: 1/3 exercises passed in 2 notebook(s)",
     ]
-    path = tmp_path / "05_why_several_heads.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), path)
-    report = grade_notebook(path, timeout=120, check_timeout=120)
-    assert {e.id: e.status for e in report.exercises} == {"5.1": "passed", "5.2": "failed"}
-    assert "Your two columns are swapped" in report.exercises[1].line
-    assert report.score == 1 and report.max_score == 2
+
+
+def test_without_the_posix_pieces_grading_stops_at_once_with_a_clear_message(monkeypatch, capsys, tmp_path):
+    # What Windows lacks: os.fork (processes there do not fork), hence subprocess's pass_fds and
+    # select on pipes, which the answer process needs.
+    monkeypatch.delattr(os, "fork", raising=False)
+    notebook = NOTEBOOKS / "raises.ipynb"
+    for argv in (["grade", str(notebook)], ["progress", str(tmp_path)]):
+        assert main(argv) == 1
+        captured = capsys.readouterr()
+        assert captured.out == "" and "Traceback" not in captured.err
+        assert captured.err.startswith(f"error: grading cannot run on this platform ({sys.platform}): it lacks os.fork")
+        for words in ("pass_fds", "select", "Linux or macOS", "WSL"):
+            assert words in captured.err
+    with pytest.raises(GradingUnavailableError, match="grade on Linux or macOS, or on Windows in WSL"):
+        grade([notebook], progress=False)
+    with pytest.raises(GradingUnavailableError, match="it lacks os.fork"):
+        grade_notebook(notebook)

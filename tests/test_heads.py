@@ -110,5 +110,5 @@ def test_the_core_modules_reach_into_no_other_modules_private_names():
 
 def test_the_reach_in_check_can_fail(tmp_path):
     bad = tmp_path / "bad.py"
-    bad.write_text("def f(mha, x):\n    return mha._split_heads(x)\n\nfrom .multihead import _helper\n")
+    bad.write_text("def f(mha, x):\n    return mha._split_heads(x)\n\nfrom .multihead import _helper\n", encoding="utf-8")
     assert _private_reach_ins(bad) == ["bad.py:2: ._split_heads", "bad.py:4: import _helper"]

@@ -16,7 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "mha_course"
-LAYERS: dict[str, list[str]] = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mha_course"]["layers"]
+LAYERS: dict[str, list[str]] = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mha_course"]["layers"]
 LAYER_OF = {name: layer for layer, names in LAYERS.items() for name in names}
 MAY_IMPORT = {"core": {"core"}, "aids": {"core", "aids"}, "tools": {"core", "aids", "tools"}}
 
@@ -98,11 +98,11 @@ def test_the_contract_catches_a_bad_import(tmp_path, monkeypatch):
     fake = tmp_path / "mha_course"
     for name in ("masking", "cost", "bench/__init__", "bench/run", "__init__"):
         (fake / f"{name}.py").parent.mkdir(parents=True, exist_ok=True)
-    (fake / "masking.py").write_text("from .cost import KINDS\n")
-    (fake / "cost.py").write_text("def f():\n    from .bench import run  # lazily, still a violation\n")
-    (fake / "bench" / "__init__.py").write_text("")
-    (fake / "bench" / "run.py").write_text("from ..cost import KINDS\nfrom .. import masking\n")
-    (fake / "__init__.py").write_text("from .masking import x\ndef __getattr__(name):\n    from .bench import run\n")
+    (fake / "masking.py").write_text("from .cost import KINDS\n", encoding="utf-8")
+    (fake / "cost.py").write_text("def f():\n    from .bench import run  # lazily, still a violation\n", encoding="utf-8")
+    (fake / "bench" / "__init__.py").write_text("", encoding="utf-8")
+    (fake / "bench" / "run.py").write_text("from ..cost import KINDS\nfrom .. import masking\n", encoding="utf-8")
+    (fake / "__init__.py").write_text("from .masking import x\ndef __getattr__(name):\n    from .bench import run\n", encoding="utf-8")
     monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
     assert violations(fake / "masking.py") == [
         "mha_course/masking.py:1: mha_course.masking (core) imports mha_course.cost (aids)"]

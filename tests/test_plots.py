@@ -65,10 +65,20 @@ def test_head_flow_elides_middle_heads_and_draws_the_batched_module():
     texts = _texts(fig)
     assert [t.split("\n")[0] for t in texts if t.startswith("Head ")] == ["Head 1", "Head 2", "Head 3", "Head 12"]
     assert texts.count(r"$\vdots$") == 2
-    assert any(t.startswith("out_proj") for t in texts)
-    assert any("view as 12" in t for t in texts)
-    assert "(T, 12·head_dim)" in texts
+    assert any("out_proj" in t for t in texts)
+    assert "project, then\nsplit into heads" in texts  # the batched module does split its projections
+    assert any("\nslice 12 of" in t for t in texts)
+    assert r"($T$, $12\,d_h$)" in texts  # the book's notation: T tokens, h heads of width d_h
     assert fig.axes[0].get_title() == "12 heads, batched in one module"
+    plt.close(fig)
+
+
+def test_stacked_heads_fan_out_the_whole_input_rather_than_split_it():
+    fig = plot_head_flow(3)
+    texts = _texts(fig)
+    assert "fan out\nto heads" in texts and "process per head" in texts and "merge" in texts
+    assert not any("split" in t for t in texts)  # every stacked head reads all of X
+    assert r"($T$, $d_\mathrm{in}$)" in " ".join(texts) and texts.count("($T$, $d_h$)") == 3
     plt.close(fig)
 
 
@@ -84,10 +94,18 @@ def test_cost_regimes_plots_ratios_to_the_fewest_heads():
 
     points = head_count_sweep((1, 2, 4), d_in=8, head_dim=2, d_model=8, batch=1, num_tokens=3, measure_time=False)
     fig = plot_cost_regimes(points)
-    assert [ax.get_title() for ax in fig.axes] == ["parameters", "multiply-adds"]  # no time panel when untimed
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == ["parameters", "multiply-adds", "score memory"]  # no time panel when untimed
     lines = {line.get_label(): line for line in fig.axes[0].lines}
     assert list(lines["head width fixed, stacked heads"].get_ydata()) == [1.0, 2.0, 4.0]
     assert list(lines["model width fixed, stacked heads"].get_ydata()) == [1.0, 1.0, 1.0]
+    scores = {line.get_label(): line for line in fig.axes[2].lines}
+    for regime in ("head width fixed", "model width fixed"):  # every head has its own T x T scores
+        assert list(scores[f"{regime}, stacked heads"].get_ydata()) == [1.0, 2.0, 4.0]
+    # The two regimes coincide in the score panel: they must differ in marker and line width.
+    head_line, model_line = scores["head width fixed, stacked heads"], scores["model width fixed, stacked heads"]
+    assert head_line.get_marker() != model_line.get_marker()
+    assert head_line.get_linewidth() > model_line.get_linewidth()
     plt.close(fig)
     with pytest.raises(ValueError, match="points is empty"):
         plot_cost_regimes([])
@@ -99,7 +117,82 @@ def test_cost_regimes_adds_the_time_panel_when_timed():
     points = head_count_sweep((1, 2), regimes=["model_width_fixed"], d_in=4, d_model=4, batch=1, num_tokens=3,
                               min_run_time=0.005, rounds=1)
     fig = plot_cost_regimes(points)
-    assert [ax.get_title() for ax in fig.axes] == ["parameters", "multiply-adds", "forward time (measured)"]
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == ["parameters", "multiply-adds", "score memory", "forward time (measured)"]
+    assert _panel_rows(fig) == 2  # four panels: two rows of two
+    plt.close(fig)
+
+
+# --- Readable in the book: at most two heat maps per row, no text under 9 px as displayed -----------
+
+from matplotlib.text import Text  # noqa: E402
+
+from mha_course.compare import head_count_sweep  # noqa: E402
+from mha_course.plots import COLUMN_WIDTH  # noqa: E402
+
+MIN_PX = 9  # the smallest text a reader should have to read, in CSS pixels
+
+
+def _panel_rows(fig) -> int:
+    return len({round(ax.get_position().y0, 3) for ax in fig.axes if ax.get_label() != "<colorbar>"})
+
+
+def _smallest_text_px(fig) -> float:
+    """The smallest font of the figure in pixels as the book shows it: at most COLUMN_WIDTH wide."""
+    fig.canvas.draw()
+    width = fig.get_size_inches()[0]
+    shrink = min(1.0, COLUMN_WIDTH / width)
+    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    return min(sizes) * 100 / 72 * shrink
+
+
+def _figures():
+    torch.manual_seed(0)
+    weights = torch.softmax(torch.randn(3, 6, 6), dim=-1)
+    sweep = head_count_sweep((1, 2, 4, 8, 16), d_in=16, head_dim=2, d_model=16, batch=1, num_tokens=4,
+                             measure_time=False)
+    return {
+        "visibility": lambda: plot_visibility(3),
+        "visibility, 6 tokens": lambda: plot_visibility(6, labels=list("abcdef")),
+        "one head": lambda: plot_attention(weights[0], labels=list("abcdef")),
+        "three heads": lambda: plot_attention(weights, labels=["Your", "journey", "starts", "with", "one", "step"]),
+        "two heads, 8 tokens": lambda: plot_attention(torch.softmax(torch.randn(2, 8, 8), -1), fmt=".1f"),
+        "flow, 1 head": lambda: plot_head_flow(1, num_tokens=3, d_in=3, head_dim=2),
+        "flow, 2 heads": lambda: plot_head_flow(2, num_tokens=3, d_in=3, head_dim=2),
+        "flow, 8 heads": lambda: plot_head_flow(8),
+        "flow, batched": lambda: plot_head_flow(2, num_tokens=6, d_in=3, head_dim=2, batched=True),
+        "cost regimes": lambda: plot_cost_regimes(sweep),
+    }
+
+
+@pytest.mark.parametrize("name", list(_figures()))
+def test_figure_fits_the_column_and_its_text_is_readable(name):
+    fig = _figures()[name]()
+    assert fig.get_size_inches()[0] <= COLUMN_WIDTH + 1e-9, f"{name}: wider than the book's column"
+    assert _smallest_text_px(fig) >= MIN_PX, f"{name}: text of {_smallest_text_px(fig):.1f} px"
+    plt.close(fig)
+
+
+def test_attention_maps_put_at_most_two_panels_in_a_row():
+    fig = plot_attention(torch.softmax(torch.randn(3, 6, 6), dim=-1))
+    assert len(fig.axes) == 3 and _panel_rows(fig) == 2
+    left = sorted({round(ax.get_position().x0, 3) for ax in fig.axes})
+    assert len(left) == 2
+    plt.close(fig)
+
+
+def test_attention_numbers_only_where_they_fit():
+    fig = plot_attention(torch.softmax(torch.randn(2, 40, 40), dim=-1))  # cells far too small for "0.03"
+    assert not fig.axes[0].texts, "numbers were written into cells too small to read them"
+    assert any(ax.get_label() == "<colorbar>" for ax in fig.axes), "without numbers the panels need a colour bar"
+    plt.close(fig)
+
+
+def test_visibility_marks_mean_the_same_as_the_printed_tables():
+    """✓ is allowed and ✗ forbidden, as in chapter 1's tables; no third mark."""
+    fig = plot_visibility(4)
+    marks = _texts(fig)
+    assert set(marks) == {"✓", "✗"} and marks.count("✓") == 10
     plt.close(fig)
 
 

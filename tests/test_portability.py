@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = textwrap.dedent('''
     import json, os, pathlib, sys
 
-    # A platform without the tools' packages installed (only the core's dependencies): tqdm
-    # missing (torch.hub then does without it), ...
+    # A platform without the tools' packages installed (only the core's dependencies), and without
+    # tqdm, which torch.hub imports when it happens to be installed (the course does not use it), ...
     sys.modules["tqdm"] = None
     # ... and without the POSIX pieces the memory measurement needs.
     sys.modules["resource"] = None
@@ -80,7 +80,8 @@ def test_without_posix_or_tools_the_package_works_and_memory_is_skipped_with_a_m
 def test_import_loads_no_tool_beyond_what_torch_loads():
     """With every dependency installed, `import mha_course` adds no tool module to what `import torch` loads.
 
-    (torch itself imports tqdm when it is installed, in ``torch.hub``: that is not the package's doing.)
+    (torch itself imports tqdm when it happens to be installed, in ``torch.hub``; the course does not depend
+    on tqdm, so on a fresh install the check ``import mha_course`` then lists no tool module at all.)
     """
     code = ("import sys, torch; before = set(sys.modules); import mha_course; "
             "print(sorted(set(sys.modules) - before))")

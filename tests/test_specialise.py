@@ -283,7 +283,7 @@ def test_run_experiment_bad_arguments():
 def test_load_results_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="python -m mha_course specialise --out"):
         load_results(tmp_path / "missing.json")
-    (tmp_path / "other.json").write_text("{}")
+    (tmp_path / "other.json").write_text("{}", encoding="utf-8")
     with pytest.raises(ValueError, match="lacks"):
         load_results(tmp_path / "other.json")
 
@@ -319,7 +319,7 @@ def test_cli_writes_results(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(specialisation, "run_experiment", lambda seeds, progress: fake)
     out = tmp_path / "sub" / "r.json"
     assert main(["specialise", "--seeds", "2", "--out", str(out), "--no-progress"]) == 0
-    assert json.loads(out.read_text()) == fake
+    assert json.loads(out.read_text(encoding="utf-8")) == fake
     printed = capsys.readouterr().out
     assert f"wrote {out}" in printed and "1/2" in printed
 

@@ -1,20 +1,34 @@
-"""The student edition: solutions become stubs, nothing of a solution leaks, outputs are cleared,
-the rest is unchanged, existing files are never overwritten by accident, and every chapter's
-student edition runs top to bottom with each check printing "not implemented yet".
+"""The student edition: solutions become stubs, nothing of a solution leaks (code or prose), outputs
+are cleared, the Markdown is plain Markdown that Jupyter renders (no MyST directive or role left),
+the data the chapters read is copied along, existing files are never overwritten by accident, and
+the student edition runs top to bottom with each check printing "not implemented yet". ``make lab``'s
+command writes what is missing and serves the folder with JupyterLab.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import nbformat
 import pytest
+from markdown_it import MarkdownIt
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
+from conftest import POSIX_GRADING
 from mha_course.__main__ import main
 from mha_course.exercises import EXERCISES
+from mha_course.exercises.grader import grade_notebook
+from mha_course.exercises.jupyter_markdown import BookIndex, book_index, to_jupyter
 from mha_course.exercises.student import (BEGIN, END, SolutionMarkerError, has_solution, is_solution_markdown,
                                           student_notebook, student_source, write_student_edition)
 
@@ -116,11 +130,58 @@ def test_notebook_drops_solution_wrappers_clears_outputs_keeps_the_rest():
     source = _source_notebook()
     student = student_notebook(source)
     kinds = [c.source.splitlines()[0] for c in student.cells]
-    assert kinds == ["```{exercise} Double", "def double(x):", 'check("1.3", double)', "## Summary"]
+    assert kinds == ["### Exercise Double", "def double(x):", 'check("1.3", double)', "## Summary"]
+    assert student.cells[0].source == "### Exercise Double\n\nDouble it."
     assert all(c.outputs == [] and c.execution_count is None for c in student.cells if c.cell_type == "code")
     assert student.cells[2].metadata["tags"] == ["keep-me"]
     assert student.metadata == source.metadata
     assert source.cells[2].outputs  # the source notebook itself is not changed
+    # The edition the book is built from keeps the MyST directives (Sphinx renders them).
+    book = student_notebook(source, book=True)
+    assert [c.source.splitlines()[0] for c in book.cells][0] == "```{exercise} Double"
+
+
+def test_solution_prose_and_every_solution_fence_are_dropped():
+    # A solution's prose before its {solution-end} (chapter 4), text after a fence in the same cell,
+    # a non-gated {solution} and code without markers inside a gated solution never reach the learner.
+    source = new_notebook(cells=[
+        new_markdown_cell("Before.\n\n```{solution-start} ex-a\n:class: dropdown\n```"),
+        new_code_cell(f"{BEGIN}\ndef a():\n    return 1\n{END}"),
+        new_code_cell("print(a())  # solution code without markers"),
+        new_markdown_cell("The answer is 1, because...\n\n```{solution-end}\n```\n\nAfter the solution."),
+        new_markdown_cell("Question.\n\n````{solution} ex-b\n:class: dropdown\n\nA text answer.\n````"),
+    ])
+    for book in (False, True):
+        cells = [c.source for c in student_notebook(source, book=book).cells]
+        assert cells == ["Before.", f"def a():\n    # YOUR CODE HERE\n    {STUB}", "After the solution.", "Question."]
+    with pytest.raises(SolutionMarkerError, match="without its"):
+        student_notebook(new_notebook(cells=[new_markdown_cell("```{solution-start} ex\n```")]))
+
+
+def test_myst_becomes_plain_markdown_for_jupyter(tmp_path):
+    module = tmp_path / "pkg.py"
+    module.write_text("import torch\n\n\nclass Head:\n    def forward(self, x):\n        return x  # (B, T, d)\n", encoding="utf-8")
+    index = BookIndex(labels={"setup": "Set-up"}, docs={"glossary": "Glossary"})
+    text = "\n".join([
+        "(my-target)=", "# Title",
+        "A {term}`head`, a {term}`merged output <merge>`, see {ref}`setup`, the {doc}`glossary`, {math}`x^2`, $y$.",
+        "`{term}` in code stays.", "", "```{warning}", "Mind the {term}`d_out`.", "```", "",
+        "```python", "print('{term}`x`')", "```", "", "- item", "", "  :::{note}", "  nested", "  :::", "",
+        "```{literalinclude} pkg.py", ":pyobject: Head.forward", "```",
+    ])
+    assert to_jupyter(text, index, tmp_path).splitlines() == [
+        "# Title",
+        "A head, a merged output, see Set-up, the Glossary, $x^2$, $y$.",
+        "`{term}` in code stays.", "", "> **Warning**", ">", "> Mind the d_out.", "",
+        "```python", "print('{term}`x`')", "```", "", "- item", "", "  > **Note**", "  >", "  > nested", "",
+        "```python", "def forward(self, x):", "    return x  # (B, T, d)", "```",
+    ]
+
+
+def test_references_resolve_to_the_titles_of_the_book():
+    index = book_index(ROOT / "book")
+    assert index.labels["setup"] == "Set-up" and index.docs["glossary"] == "Glossary"
+    assert index.labels["ex-1-1"] == "Exercise 1.1 · Build the causal mask"
 
 
 def test_refuses_to_overwrite_then_force(tmp_path):
@@ -130,8 +191,9 @@ def test_refuses_to_overwrite_then_force(tmp_path):
     out = tmp_path / "student"
     written = write_student_edition([source], out)
     assert written == [out / "chapter.ipynb"]
+    assert write_student_edition([source], out, keep_existing=True) == []  # nothing missing: nothing written
     learner_work = out / "chapter.ipynb"
-    learner_work.write_text(learner_work.read_text().replace("YOUR CODE HERE", "my own work"))
+    learner_work.write_text(learner_work.read_text(encoding="utf-8").replace("YOUR CODE HERE", "my own work"), encoding="utf-8")
     before = learner_work.read_bytes()
     with pytest.raises(FileExistsError, match="nothing was written.*--force"):
         write_student_edition([source], out)
@@ -148,8 +210,11 @@ def test_book_option_copies_the_book_around_the_notebooks(tmp_path, monkeypatch)
     assert main(["student", "--book", "--out", str(out)]) == 0
     for name in ("_config.yml", "_toc.yml", "book/intro.md", "book/_ext/offline_mathjax.py"):
         assert (out / name).read_bytes() == (ROOT / name).read_bytes()
+    # The package source the chapters' listings include ({literalinclude} ../mha_course/...).
+    for name in ("mha_course/causal_attention.py", "mha_course/wrapper.py"):
+        assert (out / name).read_bytes() == (ROOT / name).read_bytes()
     for chapter in CHAPTERS:
-        text = (out / "book" / chapter.name).read_text()
+        text = (out / "book" / chapter.name).read_text(encoding="utf-8")
         assert BEGIN not in text and "{solution-start}" not in text
 
 
@@ -182,10 +247,43 @@ def test_no_solution_line_leaks(chapter):
         leaked = (inside - signatures - elsewhere) & student_lines
         assert not leaked, f"solution lines in the student edition of {chapter.name}: {sorted(leaked)}"
         assert inside - signatures - elsewhere, "a solution made only of lines shown elsewhere proves nothing"
-    # Every other cell is unchanged but for its outputs.
-    kept = [c for c in source.cells if not has_solution(c) and not is_solution_markdown(c)]
-    others = [c for c in student.cells if STUB not in c.source]
-    assert [c.source for c in kept] == [c.source for c in others]
+    # Every other code cell is unchanged but for its outputs; so is every other Markdown cell of the
+    # edition the book is built from.
+    kept = [c.source for c in source.cells if c.cell_type == "code" and not has_solution(c)]
+    assert kept == [c.source for c in student.cells if c.cell_type == "code" and STUB not in c.source]
+    book = student_notebook(source, chapter.name, book=True)
+    prose = [c.source for c in source.cells if c.cell_type == "markdown" and not is_solution_markdown(c)]
+    assert prose == [c.source for c in book.cells if c.cell_type == "markdown"]
+
+
+_DIRECTIVE_LEFT = re.compile(r'class="language-\{|:{3,}\s*\{|\{[\w:-]+\}<code>|\{[\w:-]+\}`|^\(\S+\)=$', re.MULTILINE)
+
+
+@pytest.mark.skipif(not CHAPTERS, reason="no chapter notebook has exercises yet")
+def test_student_markdown_renders_with_no_myst_left(tmp_path):
+    # Rendered as CommonMark, as Jupyter renders it: no directive fence (a code block whose language
+    # is {exercise}, or a ::: fence), no role shown as text, no (label)= target; and every exercise
+    # is a heading with its number and title.
+    written = write_student_edition(CHAPTERS, tmp_path)
+    renderer = MarkdownIt("commonmark")
+    for path in (p for p in written if p.suffix == ".ipynb"):
+        notebook = nbformat.read(path, as_version=4)
+        html = "\n".join(renderer.render(c.source) for c in notebook.cells if c.cell_type == "markdown")
+        left = [m.group(0) for m in _DIRECTIVE_LEFT.finditer(html)]
+        assert not left, f"MyST left in the student edition of {path.name}: {left[:5]}"
+        number = int(path.name.split("_")[0])
+        for exercise in (e for e in EXERCISES.values() if e.chapter == number):
+            assert re.search(rf"<h3>Exercise {re.escape(exercise.id)} · [^<]+</h3>", html), exercise.id
+
+
+def test_student_edition_carries_the_data_the_chapters_read(tmp_path):
+    write_student_edition(CHAPTERS, tmp_path)
+    data = ROOT / "book" / "data"
+    expected = sorted(p.relative_to(data) for p in data.rglob("*") if p.is_file())
+    assert expected and sorted(p.relative_to(tmp_path / "data") for p in (tmp_path / "data").rglob("*")
+                               if p.is_file()) == expected
+    for name in expected:
+        assert (tmp_path / "data" / name).read_bytes() == (data / name).read_bytes()
 
 
 def _execute(notebook: nbformat.NotebookNode, folder: Path) -> list[str]:
@@ -225,11 +323,19 @@ def test_exercises_come_last_so_stubs_cannot_break_the_chapter(chapter):
     assert len(stubs) + len(checks) == len(code) - 1
 
 
+@POSIX_GRADING
 @pytest.mark.skipif(not CHAPTERS, reason="no chapter notebook has exercises yet")
-def test_first_student_chapter_runs_top_to_bottom_and_every_check_waits(tmp_path):
-    [path] = write_student_edition(CHAPTERS[:1], tmp_path)
-    notebook = nbformat.read(path, as_version=4)
-    assert _execute(notebook, CHAPTERS[0].parent) == _checked(notebook)
+def test_first_student_chapter_runs_top_to_bottom_every_check_waits_and_it_scores_0(tmp_path):
+    # Graded as a learner's untouched notebook: it runs from its own folder, no cell raises, every
+    # check prints "not implemented yet", and the grader agrees.
+    [path] = [p for p in write_student_edition(CHAPTERS[:1], tmp_path) if p.suffix == ".ipynb"]
+    report = grade_notebook(path)
+    assert report.events == []
+    number = int(path.name.split("_")[0])
+    assert [e.id for e in report.exercises] == [e for e in EXERCISES if EXERCISES[e].chapter == number]
+    assert all(e.status == "not implemented" and e.notebook_printed == f"○ {e.id} not implemented yet"
+               for e in report.exercises)
+    assert report.score == 0
 
 
 @pytest.mark.skipif(len(CHAPTERS) < 2, reason="only one chapter has exercises")
@@ -238,7 +344,7 @@ def test_later_chapters_exercise_sections_run_and_every_check_waits(tmp_path):
     # student edition changes is its exercise section, run here after the chapter's imports, all
     # chapters in one kernel to keep the test fast.
     cells = []
-    for path in write_student_edition(CHAPTERS[1:], tmp_path):
+    for path in (p for p in write_student_edition(CHAPTERS[1:], tmp_path) if p.suffix == ".ipynb"):
         student = nbformat.read(path, as_version=4)
         imports = next(c for c in student.cells if c.cell_type == "code")
         cells += [imports, *_exercise_section(student)]
@@ -246,3 +352,49 @@ def test_later_chapters_exercise_sections_run_and_every_check_waits(tmp_path):
         cell["id"] = f"cell-{number}"  # ids are unique per chapter, not across chapters
     notebook = nbformat.v4.new_notebook(cells=cells, metadata=student.metadata)
     assert _execute(notebook, CHAPTERS[0].parent) == _checked(notebook)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the test stops JupyterLab by ending the process it started, which "
+                    "is JupyterLab only where os.execv replaces the process (POSIX); on Windows the command runs "
+                    "JupyterLab as a child process")
+@pytest.mark.skipif(not CHAPTERS, reason="no chapter notebook has exercises yet")
+def test_lab_writes_what_is_missing_keeps_the_learners_work_and_serves_it(tmp_path):
+    # What `make lab` runs, headless: the student edition is written where a notebook is missing,
+    # a notebook already there is kept as it is, and JupyterLab lists the folder over its REST API.
+    out = tmp_path / "student"
+    out.mkdir()
+    mine = out / CHAPTERS[0].name
+    mine.write_text(json.dumps(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("my work")])), encoding="utf-8")
+    before = mine.read_bytes()
+    port, token = _free_port(), secrets.token_hex(8)
+    lab = subprocess.Popen([sys.executable, "-m", "mha_course", "lab", "--out", str(out), "--no-browser",
+                            "--port", str(port), "--", f"--IdentityProvider.token={token}"],
+                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        listing, deadline = None, time.monotonic() + 90
+        while listing is None and time.monotonic() < deadline and lab.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents?token={token}", timeout=5) as reply:
+                    listing = json.load(reply)
+            except OSError:
+                time.sleep(0.3)
+        assert listing is not None, f"JupyterLab did not answer: {lab.poll()=}"
+        names = sorted(item["name"] for item in listing["content"])
+        assert names == sorted([*(p.name for p in CHAPTERS), "data"])
+        assert mine.read_bytes() == before
+        assert all(any(STUB in c.source for c in nbformat.read(out / p.name, as_version=4).cells) for p in CHAPTERS[1:])
+    finally:
+        lab.terminate()
+        try:
+            output = lab.communicate(timeout=30)[0]
+        except subprocess.TimeoutExpired:
+            lab.kill()
+            output = lab.communicate()[0]
+    assert f"Wrote {len(CHAPTERS) - 1} chapter notebook(s) without solutions to {out}/." in output
+    assert f"Kept your 1 notebook(s) already in {out}/ as they are." in output

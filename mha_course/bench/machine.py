@@ -160,7 +160,7 @@ def device_name(device: torch.device) -> str:
         return torch.cuda.get_device_name(device)
     name = platform.processor() or platform.machine()
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:

@@ -37,7 +37,7 @@ def _peak_reset_supported() -> bool:
 
 
 def _status_bytes(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
+    for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024  # the kernel reports kB
     raise RuntimeError(f"{field} not found in /proc/self/status")
@@ -58,7 +58,7 @@ def _cpu_memory_child(config: BenchConfig, name: str, mode: str, threads: int, c
     gc.collect()
     exact = _peak_reset_supported()
     if exact:
-        Path("/proc/self/clear_refs").write_text("5")  # reset the peak (VmHWM) to the current RSS
+        Path("/proc/self/clear_refs").write_text("5", encoding="utf-8")  # reset the peak (VmHWM) to the current RSS
         before = _status_bytes("VmRSS")
     else:
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _MAXRSS_SCALE

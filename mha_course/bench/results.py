@@ -62,8 +62,8 @@ def write_results(results: dict, out_dir, label: str | None = None, plot: bool =
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = results_stem(results["meta"]["device"], label)
     paths = [out_dir / f"{stem}.json", out_dir / f"{stem}.csv"]
-    paths[0].write_text(json.dumps(results, indent=1) + "\n")
-    with paths[1].open("w", newline="") as handle:
+    paths[0].write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    with paths[1].open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS, extrasaction="ignore")
         writer.writeheader()
         for row in results["rows"]:
@@ -78,7 +78,7 @@ def write_results(results: dict, out_dir, label: str | None = None, plot: bool =
 def load_results(path) -> dict:
     """Read a results file written by :func:`write_results`, checking its format version."""
     path = Path(path)
-    results = json.loads(path.read_text())
+    results = json.loads(path.read_text(encoding="utf-8"))
     version = results.get("meta", {}).get("format_version")
     if version != FORMAT_VERSION:
         raise ValueError(f"{path} has results format {version!r}; this package reads format "

@@ -25,6 +25,7 @@ from ..cost import multiply_adds
 from ..data import random_batch
 from ..device import get_device
 from ..implementations import IMPLEMENTATIONS
+from ..progress_bar import ProgressBar
 from ..timing import SLOW_CALL_S, time_interleaved, time_once
 from .machine import cpu_memory_unsupported_reason, metadata, observe, stability
 from .results import FORMAT_VERSION, add_ratios
@@ -76,22 +77,18 @@ class _Run:
     def __init__(self, settings: BenchSettings, device: torch.device, memory: bool, probe):
         self.settings, self.device, self.memory, self.probe = settings, device, memory, probe
         self.threads = torch.get_num_threads()
-        self.bar = _NoProgress()
-        if settings.progress:
-            from tqdm.auto import tqdm
-
-            total = 2 + len(settings.configs) * len(settings.modes) * len(settings.implementations)
-            self.bar = tqdm(total=total, desc="bench", unit="step", file=sys.stderr)
+        total = 2 + len(settings.configs) * len(settings.modes) * len(settings.implementations)
+        self.bar = ProgressBar(total, "bench", enabled=settings.progress)
 
     def results(self) -> dict:
         s = self.settings
         started = time.perf_counter()
         ceiling_time = min(s.min_run_time, 0.5)
-        self.bar.set_postfix_str("matmul ceiling and load, at the start")
+        self.bar.set_note("matmul ceiling and load, at the start")
         start = observe(self.device, s.ceiling_size, ceiling_time)
         self.bar.update()
         rows = [row for config in s.configs for row in self._size(config)]
-        self.bar.set_postfix_str("matmul ceiling and load, at the end")
+        self.bar.set_note("matmul ceiling and load, at the end")
         end = observe(self.device, s.ceiling_size, ceiling_time)
         self.bar.update()
         self.bar.close()
@@ -116,7 +113,7 @@ class _Run:
             reference = impls["batched"].forward(x) if "batched" in impls else None
         checked, forward_time = {}, {}  # name -> max |output - textbook output|, and that call's seconds
         for name, impl in impls.items():  # the check is also the first (warm-up) forward call
-            self.bar.set_postfix_str(f"{config.name}: checking {name}")
+            self.bar.set_note(f"{config.name}: checking {name}")
             for module in impl.modules:
                 module.eval()
             with torch.no_grad():
@@ -133,13 +130,13 @@ class _Run:
                     # A warm-up, untimed: the first training step in a process also loads code (the
                     # first backward pass with a given gradient imports sympy). A step costs about
                     # three forward passes.
-                    self.bar.set_postfix_str(f"{config.name} {mode}: warming up {name}")
+                    self.bar.set_note(f"{config.name} {mode}: warming up {name}")
                     steps[name]()
                     one_call[name] *= 3
             label = f"{config.name} {mode}"
             timings = time_interleaved(
                 steps, rounds=s.rounds, min_run_time=s.min_run_time, call_seconds=one_call,
-                on_call=lambda r, name, label=label: self.bar.set_postfix_str(f"{label}: round {r + 1}/{s.rounds}, {name}"))
+                on_call=lambda r, name, label=label: self.bar.set_note(f"{label}: round {r + 1}/{s.rounds}, {name}"))
             for name in s.implementations:
                 row = {"config": config.name, "implementation": name, "mode": mode}
                 if name in skipped:
@@ -157,7 +154,7 @@ class _Run:
         row.update(median_s=timing.median, iqr_s=timing.iqr, runs=timing.runs, multiply_adds=work,
                    flops_per_s=2 * work / timing.median, max_abs_diff=max_abs_diff)
         if self.memory:
-            self.bar.set_postfix_str(f"{config.name} {mode}: memory of {impl.name}")
+            self.bar.set_note(f"{config.name} {mode}: memory of {impl.name}")
             if self.probe is not None:
                 # Page faults of a slow training step are skipped: one more call of many seconds.
                 slow = one_call >= SLOW_CALL_S and mode != "forward"
@@ -167,15 +164,3 @@ class _Run:
                 row.update(cuda_peak_memory(step, self.device))
         return row
 
-
-class _NoProgress:
-    """The progress bar of a run without one (``progress=False``): tqdm is not even imported."""
-
-    def set_postfix_str(self, text: str) -> None:
-        pass
-
-    def update(self, steps: int = 1) -> None:
-        pass
-
-    def close(self) -> None:
-        pass

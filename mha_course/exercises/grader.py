@@ -2,351 +2,226 @@
 
 For each notebook the grader
 
-1. copies it into a temporary folder and executes the copy with nbclient, cell by cell, within a
-   time limit for the whole notebook; a cell that raises does not stop the run (later exercises
-   still count), a notebook that runs past its limit is interrupted, a kernel that dies is noted;
-   the learner's file is never written to;
-2. re-checks every exercise of the notebook's chapters itself: in the same kernel it imports the
-   exercise code afresh and *probes* each answer by its name (``build_causal_mask``, ...), saving
-   what the answer did to a file; its own process - which never ran any notebook code - then
-   *judges* those records against the package's reference. A notebook that deletes names,
-   redefines ``check``, monkeypatches the package or torch, or prints a fake pass line therefore
-   cannot turn a wrong answer into a pass; what the notebook printed is only compared with the
-   verdict and any disagreement is reported;
-3. prints a score table (and writes JSON on request).
+1. runs a copy of it, in a temporary folder of its own (with a copy of the ``data/`` folder next to
+   it), in a Jupyter kernel that imports a private copy of the package
+   (:mod:`mha_course.exercises.package_files`). Each cell has a time limit and the notebook has one
+   as a whole; a cell that raises or runs too long is reported and the run goes on, as "Run all"
+   would with errors allowed; a kernel that dies, or a cell that calls ``exit()``, ends the run and
+   is blamed on the cell that did it (:mod:`mha_course.exercises.notebook_run`). The learner's file
+   is never written to. What the notebook printed is kept, to compare with the verdicts;
+2. checks that the notebook did not change the package's files, neither the installed ones nor its
+   private copy; one that did is not scored, and the installed files are written back before the
+   next notebook;
+3. finds the answers in a *fresh* process (:mod:`mha_course.exercises.answer_process`, which runs
+   :mod:`mha_course.exercises.kernel_side`), against another private copy of the package: it
+   replays only the statements of the cells that ran which define names (imports, ``def``,
+   ``class``, plain assignments; see :mod:`mha_course.exercises.definitions`), probes each answer by
+   its name (``build_causal_mask``, ...) as ``check`` does, and sends back what the answer did as
+   plain data. Patches of torch or of the package made by the notebook's other cells never run
+   there, and an answer that changes them while it is checked is not scored;
+4. judges those records against the package's reference in its own process, which never ran any
+   notebook code, and reports every disagreement between the verdict and the line the notebook
+   printed, in either direction (:mod:`mha_course.exercises.report`);
+5. prints a score table (and writes JSON on request).
+
+Cells are named by their number, counting every cell from the top (Markdown included), and by
+their first line, as in ``cell 7 (`ratio = 1 / 0`)``. Grading needs Linux or macOS (WSL on
+Windows): see :mod:`mha_course.exercises.grading_setup`.
 
 Command line::
 
-    python -m mha_course grade NOTEBOOK... [--json FILE] [--timeout SECONDS]
+    python -m mha_course grade NOTEBOOK... [--json FILE] [--timeout SECONDS] [--cell-timeout SECONDS]
+                                           [--check-timeout SECONDS] [--jobs N]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
-import math
-import re
-import secrets
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
-import torch
-from nbclient import NotebookClient
-from nbclient.exceptions import CellTimeoutError, DeadKernelError
-from nbclient.util import run_sync
-from tqdm import tqdm
 
+from ..progress_bar import ProgressBar
 from . import EXERCISES
-from .framework import (ERROR, FAIL_MARK, FAILED, MISSING, NOT_IMPLEMENTED, PASS_MARK, PASSED, WAITING_MARK,
-                        judge)
-
-_QUIET_LOG = logging.getLogger("mha_course.grader.nbclient")
-_QUIET_LOG.addHandler(logging.NullHandler())
-_QUIET_LOG.propagate = False
-
-TIMED_OUT = "timed out"
-SETUP_TIMEOUT = 120.0  # seconds for the kernel to import the checks (torch included) after the notebook
-NOT_CHECKED = "not checked"
-
-_CHECK_CALL = re.compile(r"""check\(\s*["'](\d+\.\d+)["']""")
-_CHAPTER_FILE = re.compile(r"^(\d+)_")
-_PRINTED = re.compile(rf"^({PASS_MARK}|{WAITING_MARK}|{FAIL_MARK}) (\d+\.\d+)\b", re.MULTILINE)
-
-# Run in the kernel after the notebook: a fresh import of the exercise code, whatever the notebook
-# did to the modules it imported.
-_SETUP = """\
-def _mha_course_grader_setup():
-    import importlib, sys
-    for name in [n for n in sys.modules if n == "mha_course.exercises" or n.startswith("mha_course.exercises.")]:
-        del sys.modules[name]
-    return importlib.import_module("mha_course.exercises.kernel_side")
-__mha_course_grader__ = _mha_course_grader_setup()
-del _mha_course_grader_setup
-"""
+from .answer_process import ANSWER_PROCESS_START, TIMED_OUT, AnswerProcess, answer_records
+from .definitions import defined_names
+from .framework import ERROR, MISSING, NOT_IMPLEMENTED
+from .grading_setup import (CELL_TIMEOUT, CHECK_TIMEOUT, NOTEBOOK_TIMEOUT, GradingUnavailableError, limit_errors,
+                            platform_problem, require_grading_platform)
+from .notebook_files import DATA_FOLDER, data_files
+from .notebook_run import NotebookRun, cell_name, first_line, python_source
+from .package_files import EditWatch, PackageSnapshot
+from .report import (NOT_CHECKED, NOT_RUN, NOT_SCORED, ExerciseScore, NotebookReport, compare_printed,
+                     exercises_for, format_report, listed, not_checked, printed_verdicts, verdict, withhold)
 
 
-@dataclass
-class ExerciseScore:
-    """The grader's verdict on one exercise of one notebook."""
-
-    id: str
-    title: str
-    status: str
-    points: int
-    checks_passed: int
-    checks_total: int
-    line: str
-    notebook_printed: str | None = None  # the verdict line the notebook itself printed, if any
-
-
-@dataclass
-class NotebookReport:
-    """Everything the grader found out about one notebook."""
-
-    notebook: str
-    exercises: list[ExerciseScore] = field(default_factory=list)
-    events: list[str] = field(default_factory=list)  # what happened while it ran, in order
-    seconds: float = 0.0
-
-    @property
-    def score(self) -> int:
-        return sum(e.points for e in self.exercises)
-
-    @property
-    def max_score(self) -> int:
-        return len(self.exercises)
-
-    def to_dict(self) -> dict:
-        return {"notebook": self.notebook, "score": self.score, "max_score": self.max_score,
-                "events": self.events, "seconds": round(self.seconds, 1),
-                "exercises": [asdict(e) for e in self.exercises]}
-
-
-def exercises_for(notebook: nbformat.NotebookNode, path: Path) -> list[str]:
-    """The exercises to grade: every exercise of each chapter the notebook belongs to.
-
-    A chapter is recognised from the ``check("2.1", ...)`` calls in the notebook and from a file
-    name starting with the chapter number (``02_...``), so deleting a check cell does not take
-    that exercise off the score table.
-    """
-    chapters = set()
-    for cell in notebook.cells:
-        if cell.cell_type == "code":
-            chapters.update(int(found.split(".")[0]) for found in _CHECK_CALL.findall(cell.source))
-    match = _CHAPTER_FILE.match(path.name)
-    if match:
-        chapters.add(int(match.group(1)))
-    return [eid for eid, exercise in EXERCISES.items() if exercise.chapter in chapters]
-
-
-def _printed_verdicts(notebook: nbformat.NotebookNode) -> dict[str, str]:
-    """The last verdict line the executed notebook printed for each exercise."""
-    printed = {}
-    for cell in notebook.cells:
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "stream":
-                for line in output.get("text", "").splitlines():
-                    match = _PRINTED.match(line)
-                    if match:
-                        printed[match.group(2)] = line
-    return printed
-
-
-def _first_line(text: str, limit: int = 200) -> str:
-    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-def _seconds(value: float) -> str:
-    return f"{value:g} s"
-
-
-class _Run:
-    """One notebook's kernel: execute cells with deadlines, note what happens."""
-
-    def __init__(self, notebook: nbformat.NotebookNode, folder: Path, report: NotebookReport):
-        self.notebook = notebook
-        self.report = report
-        self.client = NotebookClient(
-            notebook, timeout=None, allow_errors=True, interrupt_on_timeout=False, record_timing=False,
-            kernel_name=notebook.metadata.get("kernelspec", {}).get("name", "python3"),
-            resources={"metadata": {"path": str(folder)}},
-            log=_QUIET_LOG,  # time-outs and errors are reported in the score table instead
-        )
-        self.dead = False
-
-    def execute(self, cell, index: int, timeout: float):
-        """Execute one cell within ``timeout`` seconds; return "ok", "timeout" or "dead"."""
-        self.client.timeout = max(1, int(math.ceil(timeout)))
-        try:
-            self.client.execute_cell(cell, index)
-        except CellTimeoutError:
-            try:
-                run_sync(self.client.km.interrupt_kernel)()  # the manager is asynchronous
-            except Exception:  # the kernel may be gone already
-                pass
-            return "timeout"
-        except DeadKernelError:
-            self.dead = True
-            return "dead"
-        return "ok"
-
-    def run_notebook(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        code_cells = [(i, c) for i, c in enumerate(self.notebook.cells) if c.cell_type == "code"]
-        for position, (index, cell) in enumerate(code_cells):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                self.report.events.append(f"ran out of time ({_seconds(timeout)}) before cell {index}; "
-                                          "the cells from there on did not run")
-                return
-            outcome = self.execute(cell, index, remaining)
-            if outcome == "timeout":
-                self.report.events.append(
-                    f"timed out: still running cell {index} after {_seconds(timeout)} for the whole notebook; "
-                    f"interrupted it, and the {len(code_cells) - position - 1} code cell(s) after it did not run")
-                return
-            if outcome == "dead":
-                self.report.events.append(f"the kernel died while running cell {index} (did the notebook "
-                                          "exit or crash Python?); nothing after it ran")
-                return
-            for output in cell.outputs:
-                if output.get("output_type") == "error":
-                    self.report.events.append(f"cell {index} raised {output.get('ename')}: "
-                                              f"{_first_line(output.get('evalue', ''))}")
-
-    def record(self, code: str, timeout: float) -> tuple[str, nbformat.NotebookNode]:
-        """Execute grader code in the kernel, after the notebook's own cells."""
-        cell = nbformat.v4.new_code_cell(code)
-        self.notebook.cells.append(cell)  # nbclient files outputs by the cell's index
-        return self.execute(cell, len(self.notebook.cells) - 1, timeout), cell
-
-
-def _score(exercise_id: str, result_status: str, line: str, checks_passed: int = 0) -> ExerciseScore:
-    exercise = EXERCISES[exercise_id]
-    return ExerciseScore(exercise_id, exercise.title, result_status, int(result_status == PASSED), checks_passed,
-                         len(exercise.checks), line)
-
-
-def grade_notebook(path: Path, timeout: float = 600.0, check_timeout: float = 60.0) -> NotebookReport:
+def grade_notebook(path: Path, timeout: float = NOTEBOOK_TIMEOUT, check_timeout: float = CHECK_TIMEOUT,
+                   cell_timeout: float = CELL_TIMEOUT, snapshot: PackageSnapshot | None = None,
+                   watch: EditWatch | None = None) -> NotebookReport:
     """Execute a copy of the notebook at ``path`` and score its exercises. Never raises for a
-    broken or hostile notebook: what went wrong is in the report's ``events``."""
+    broken or hostile notebook: what went wrong is in the report's ``events``.
+
+    ``snapshot`` is the package as grading found it (read now if not given); ``watch`` is shared by
+    notebooks graded at the same time.
+
+    Raises:
+        GradingUnavailableError: on a platform that cannot run the grader (Windows; see
+            :mod:`mha_course.exercises.grading_setup`).
+    """
+    require_grading_platform()
     report = NotebookReport(str(path))
     started = time.monotonic()
     try:
         notebook = nbformat.read(path, as_version=4)
     except Exception as error:
-        report.events.append(f"could not read the notebook: {type(error).__name__}: {_first_line(str(error))}")
+        report.events.append(f"could not read the notebook: {type(error).__name__}: {first_line(str(error))}")
         return report
     exercise_ids = exercises_for(notebook, path)
     if not exercise_ids:
         report.events.append("no exercises found: the notebook calls no check(...) and its name does not "
                              "start with a chapter number")
-    with tempfile.TemporaryDirectory(prefix="mha-course-grade-") as folder:
-        folder = Path(folder)
-        # Work on a copy in a folder of its own: files the notebook writes land there, and the
-        # learner's notebook is never touched.
-        shutil.copyfile(path, folder / path.name)
-        notebook = nbformat.read(folder / path.name, as_version=4)
-        run = _Run(notebook, folder, report)
-        printed: dict[str, str] = {}
-        try:
-            # The kernel's own log lines (e.g. its warning about TCP transport) would clutter the table.
-            with run.client.setup_kernel(stderr=subprocess.DEVNULL):
-                run.run_notebook(timeout)
-                printed = _printed_verdicts(notebook)  # before the grader's own cells are added
-                _grade_in_kernel(run, exercise_ids, folder, check_timeout, report)
-        except Exception as error:  # the kernel would not start, or died on shutdown
-            report.events.append(f"the notebook could not be run: {type(error).__name__}: "
-                                 f"{_first_line(str(error))}")
-        graded = {score.id for score in report.exercises}
-        for exercise_id in exercise_ids:
-            if exercise_id not in graded:
-                report.exercises.append(_score(exercise_id, NOT_CHECKED, f"{FAIL_MARK} {exercise_id}: not checked: the "
-                                               "notebook's kernel was not available"))
-        report.exercises.sort(key=lambda score: exercise_ids.index(score.id))
-    for score in report.exercises:
-        score.notebook_printed = printed.get(score.id)
-        if (score.notebook_printed and score.notebook_printed.startswith(PASS_MARK)
-                and score.status in (FAILED, MISSING, NOT_IMPLEMENTED)):
-            report.events.append(f"{score.id}: the notebook printed a pass, but the grader's own check "
-                                 f"says {score.status}")
+    snapshot = snapshot or PackageSnapshot()
+    watch = watch or EditWatch(snapshot)
+    grading = _Grading(path, exercise_ids, report, snapshot, watch, (timeout, cell_timeout, check_timeout))
+    withheld = False
+    try:
+        with tempfile.TemporaryDirectory(prefix="mha-course-grade-") as folder:
+            withheld = grading.run_in(Path(folder))
+    finally:
+        edited = watch.finish(grading.key)
+    if edited and not withheld:
+        withhold(report, exercise_ids, f"the package's installed files were changed while this notebook ran "
+                                       f"({listed(edited)}); they were written back")
     report.seconds = time.monotonic() - started
     return report
 
 
-def _grade_in_kernel(run: _Run, exercise_ids: list[str], folder: Path, check_timeout: float,
-                     report: NotebookReport) -> None:
-    if run.dead or not exercise_ids:
-        return
-    outcome, cell = run.record(_SETUP, max(check_timeout, SETUP_TIMEOUT))
-    errors = [o for o in cell.outputs if o.get("output_type") == "error"]
-    if outcome != "ok" or errors:
-        why = (f"{errors[0].get('ename')}: {_first_line(errors[0].get('evalue', ''))}" if errors else
-               "the kernel did not answer" if outcome != "dead" else "the kernel died")
-        report.events.append(f"could not load the checks into the notebook's kernel ({why})")
-        return
-    for exercise_id in exercise_ids:
-        exercise = EXERCISES[exercise_id]
-        # A name the notebook cannot guess, so it cannot leave a forged record waiting there.
-        record_path = folder / f"record-{exercise_id}-{secrets.token_hex(8)}.pt"
-        code = (f"__mha_course_grader__.record_answer({exercise_id!r}, {exercise.answer_name!r}, "
-                f"{str(record_path)!r})")
-        outcome, cell = run.record(code, check_timeout)
-        if outcome == "dead":
-            report.exercises.append(_score(exercise_id, ERROR, f"{FAIL_MARK} {exercise_id}: the kernel died while "
-                                           f"{exercise.answer_name} was being checked"))
-            report.events.append(f"the kernel died while checking {exercise_id}")
-            return
-        if outcome == "timeout":
-            report.exercises.append(_score(exercise_id, TIMED_OUT, f"{FAIL_MARK} {exercise_id}: {exercise.answer_name} "
-                                           f"was still running after {_seconds(check_timeout)}"))
-            continue
+class _Grading:
+    """One notebook being graded: its run in a kernel, its answers, and the verdicts, into ``report``."""
+
+    def __init__(self, path: Path, exercise_ids: list[str], report: NotebookReport, snapshot: PackageSnapshot,
+                 watch: EditWatch, limits: tuple[float, float, float]):
+        self.path, self.exercise_ids, self.report = path, exercise_ids, report
+        self.snapshot, self.watch = snapshot, watch
+        self.timeout, self.cell_timeout, self.check_timeout = limits
+        self.key = watch.start()
+
+    def run_in(self, folder: Path) -> bool:
+        """Grade in the temporary ``folder``; True if the notebook's score was withheld."""
+        run_folder = folder / "run"
+        run_folder.mkdir()
+        # Work on a copy in a folder of its own: files the notebook writes land there, and the
+        # learner's notebook is never touched.
+        shutil.copyfile(self.path, run_folder / self.path.name)
+        for relative, source in data_files(self.path.parent).items():
+            target = run_folder / DATA_FOLDER / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+        self.package = self.snapshot.write_copy(folder / "package")
+        self.run = NotebookRun(nbformat.read(run_folder / self.path.name, as_version=4), run_folder,
+                               self.report.events)
+        # The answer process starts now, from a copy of its own, and imports everything while the
+        # kernel starts; the notebook's first cell runs only once it has.
+        self.answer_folder = folder / "answers"
+        self.answer_folder.mkdir()
+        answers = AnswerProcess(self.snapshot.write_copy(self.answer_folder / "package-1"), self.answer_folder)
         try:
-            record = torch.load(record_path, weights_only=True)
-        except Exception as error:
-            errors = [o for o in cell.outputs if o.get("output_type") == "error"]
-            why = (f"{errors[0].get('ename')}: {_first_line(errors[0].get('evalue', ''))}" if errors
-                   else f"{type(error).__name__}")
-            report.exercises.append(_score(exercise_id, ERROR, f"{FAIL_MARK} {exercise_id}: could not be checked ({why})"))
-            continue
-        result = judge(exercise, record) if isinstance(record, dict) else None
-        if result is None:
-            report.exercises.append(_score(exercise_id, ERROR, f"{FAIL_MARK} {exercise_id}: could not be checked"))
-            continue
-        report.exercises.append(_score(exercise_id, result.status, result.line, result.checks_passed))
+            return self._run_and_judge(answers)
+        finally:
+            answers.close()
+
+    def _run_and_judge(self, answers: AnswerProcess) -> bool:
+        report, exercise_ids, snapshot = self.report, self.exercise_ids, self.snapshot
+        inherited = os.environ.get("PYTHONPATH")
+        env = {**os.environ, "PYTHONPATH": str(self.package) + (os.pathsep + inherited if inherited else ""),
+               "PYTHONDONTWRITEBYTECODE": "1"}
+        started = False
+        try:
+            # The kernel's own log lines (e.g. its warning about TCP transport) would clutter the table.
+            with self.run.client.setup_kernel(stderr=subprocess.DEVNULL, env=env):
+                started = True
+                answers.ready(time.monotonic() + ANSWER_PROCESS_START)
+                self.run.run_notebook(self.timeout, self.cell_timeout)
+        except Exception as error:  # the kernel would not start, or died on shutdown
+            if not started:
+                report.events.append(f"the notebook could not be run: {type(error).__name__}: "
+                                     f"{first_line(str(error))}")
+        printed = printed_verdicts(self.run.notebook)
+        if not started:
+            not_checked(report, exercise_ids)
+            return False
+        installed = self.watch.check(self.key)
+        copy = sorted({*snapshot.changed_in(self.package), *snapshot.changed_in(self.answer_folder / "package-1")})
+        if installed or copy:
+            withhold(report, exercise_ids, f"the notebook changed the package's files ({listed(sorted({*installed, *copy}))})"
+                                           + ("; the installed ones were written back" if installed else ""))
+            return True
+        if not exercise_ids:
+            return False
+        cells = [(i + 1, python_source(self.run.notebook.cells[i].source)) for i in sorted(self.run.ran)]
+        wanted = [(eid, EXERCISES[eid].answer_name) for eid in exercise_ids]
+        results = answer_records(snapshot, self.answer_folder, cells, wanted, self.check_timeout,
+                                 first=answers if answers.is_ready else None)
+        edited = sorted({name for copy in self.answer_folder.glob("package-*") for name in snapshot.changed_in(copy)})
+        if edited:
+            withhold(report, exercise_ids, f"while its answers were checked, the notebook's code changed the "
+                                           f"package's files ({listed(edited)})")
+            return True
+        definers = {i: defined_names(python_source(c.source)) for i, c in enumerate(self.run.notebook.cells)
+                    if c.cell_type == "code"}
+        for exercise_id in exercise_ids:
+            report.exercises.append(verdict(exercise_id, results.get(exercise_id, (ERROR, "no result")), self.run,
+                                            definers, self.check_timeout))
+        compare_printed(report, printed)
+        return False
 
 
-def grade(paths: list[Path], timeout: float = 600.0, check_timeout: float = 60.0,
-          progress: bool = True) -> list[NotebookReport]:
-    """Grade several notebooks, one after the other, with a progress bar on stderr."""
-    reports = []
-    with tqdm(paths, desc="Grading", unit="notebook", file=sys.stderr, disable=not progress) as bar:
-        for path in bar:
-            bar.set_postfix_str(Path(path).name)
-            reports.append(grade_notebook(Path(path), timeout, check_timeout))
-    return reports
+def grade(paths: list[Path], timeout: float = NOTEBOOK_TIMEOUT, check_timeout: float = CHECK_TIMEOUT,
+          progress: bool = True, cell_timeout: float = CELL_TIMEOUT, jobs: int = 1) -> list[NotebookReport]:
+    """Grade several notebooks (``jobs`` at a time), with a progress bar on stderr.
 
+    Raises:
+        GradingUnavailableError: on a platform that cannot run the grader (before grading anything).
+    """
+    require_grading_platform()
+    snapshot = PackageSnapshot()
+    watch = EditWatch(snapshot)
+    paths = [Path(p) for p in paths]
+    with ProgressBar(len(paths), "Grading", enabled=progress) as bar:
+        def one(path: Path) -> NotebookReport:
+            report = grade_notebook(path, timeout, check_timeout, cell_timeout, snapshot, watch)
+            bar.set_note(path.name)
+            bar.update()
+            return report
 
-def format_report(reports: list[NotebookReport]) -> str:
-    """The score table printed by ``python -m mha_course grade``."""
-    lines = []
-    for report in reports:
-        lines.append(f"{report.notebook}: {report.score}/{report.max_score}")
-        if report.exercises:
-            lines.append(f"  {'exercise':<9}{'result':<18}{'checks':>7}  title")
-            for score in report.exercises:
-                checks = f"{score.checks_passed}/{score.checks_total}"
-                lines.append(f"  {score.id:<9}{score.status:<18}{checks:>7}  {score.title}")
-            for score in report.exercises:
-                if score.status != PASSED:
-                    lines.append(f"    {score.line}")
-        for event in report.events:
-            lines.append(f"  ! {event}")
-        lines.append("")
-    total = sum(r.score for r in reports)
-    maximum = sum(r.max_score for r in reports)
-    lines.append(f"Total: {total}/{maximum} exercises passed in {len(reports)} notebook(s)")
-    return "\n".join(lines)
+        if jobs <= 1 or len(paths) <= 1:
+            return [one(path) for path in paths]
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            return list(pool.map(one, paths))
 
 
 def main(args: argparse.Namespace) -> int:
+    problem = platform_problem()
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
     missing = [str(p) for p in args.notebooks if not p.is_file()]
     if missing:
         print(f"No such notebook: {', '.join(missing)}", file=sys.stderr)
         return 2
-    if args.timeout <= 0 or args.check_timeout <= 0:
-        print(f"--timeout and --check-timeout must be positive numbers of seconds, got {args.timeout:g} "
-              f"and {args.check_timeout:g}.", file=sys.stderr)
+    errors = limit_errors(args)
+    if errors:
+        print(", ".join(errors), file=sys.stderr)
         return 2
-    reports = grade(args.notebooks, args.timeout, args.check_timeout)
+    reports = grade(args.notebooks, args.timeout, args.check_timeout, cell_timeout=args.cell_timeout, jobs=args.jobs)
     print(format_report(reports))
     if args.json:
         payload = {"score": sum(r.score for r in reports), "max_score": sum(r.max_score for r in reports),
@@ -356,4 +231,6 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["grade", "grade_notebook", "format_report", "NotebookReport", "ExerciseScore", "MISSING"]
+__all__ = ["grade", "grade_notebook", "format_report", "cell_name", "exercises_for", "NotebookReport", "ExerciseScore",
+           "GradingUnavailableError", "NOTEBOOK_TIMEOUT", "CELL_TIMEOUT", "CHECK_TIMEOUT", "MISSING", "NOT_RUN",
+           "NOT_SCORED", "TIMED_OUT", "NOT_CHECKED", "NOT_IMPLEMENTED"]

@@ -8,8 +8,15 @@ The student edition keeps everything else and, for each solution:
   ``NotImplementedError``, so the notebook still runs top to bottom and the check that follows
   prints "not implemented yet";
 * drops every other line of the solution (imports, helpers, comments, docstrings, decorators);
-* drops the markdown cells that open and close a gated solution in the HTML book
-  (``{solution-start}`` / ``{solution-end}``) and any ``{solution}`` cell.
+* drops everything between a ``{solution-start}`` and its ``{solution-end}`` fence in the Markdown
+  cells (a solution's prose as well as the fences), every ``{solution}`` directive, and any code cell
+  inside a gated solution that has no markers.
+
+The edition for Jupyter (the default) also turns the book's MyST Markdown into plain Markdown (see
+:mod:`mha_course.exercises.jupyter_markdown`): each exercise statement becomes a heading with its
+number and title, roles become their text. The ``book`` edition keeps the MyST, so that
+``jupyter-book`` builds the book without solutions from it. The Jupyter edition also copies the
+``data/`` folder next to the chapters, which chapters 4 and 5 read, so the folder stands alone.
 
 All outputs and execution counts are cleared. Existing notebooks are never overwritten unless
 asked (``force``), so a learner's work is not lost by regenerating the edition.
@@ -25,7 +32,6 @@ import argparse
 import ast
 import copy
 import io
-import re
 import shutil
 import sys
 import textwrap
@@ -34,14 +40,14 @@ from pathlib import Path
 
 import nbformat
 
+from . import jupyter_markdown
 from .framework import STUB_MESSAGE
+from .jupyter_markdown import SOLUTION_DIRECTIVES, BookIndex, Fence
+from .notebook_files import DATA_FOLDER, data_files, default_notebooks, in_tool_folder
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
 STUB_COMMENT = "# YOUR CODE HERE"
-
-# A markdown cell that only exists to wrap or hold a solution in the HTML book.
-_SOLUTION_CELL = re.compile(r"^\s*(`{3,}|:{3,})\s*\{solution(-start|-end)?\}", re.MULTILINE)
 
 
 class SolutionMarkerError(ValueError):
@@ -146,26 +152,66 @@ def has_solution(cell) -> bool:
 
 
 def is_solution_markdown(cell) -> bool:
-    return cell.cell_type == "markdown" and bool(_SOLUTION_CELL.match(cell.source))
+    """True for a Markdown cell that holds a solution directive (``{solution}``, ``-start``, ``-end``)."""
+    return cell.cell_type == "markdown" and any(
+        name in SOLUTION_DIRECTIVES for name in jupyter_markdown.directive_names(cell.source))
 
 
-def student_notebook(notebook: nbformat.NotebookNode, name: str = "notebook") -> nbformat.NotebookNode:
-    """A student copy of ``notebook``: solutions stubbed, solution wrappers dropped, outputs cleared."""
+def _without_solutions(source: str, gated: bool) -> tuple[str, bool]:
+    """A Markdown cell's source without its solutions; ``gated`` says whether the cell starts inside
+    a gated solution (between ``{solution-start}`` and ``{solution-end}``). Returns the kept text and
+    whether the cell ends inside one."""
+    lines = source.splitlines()
+    kept: list[str] = []
+    for block in jupyter_markdown.blocks(source):
+        name = block.name if isinstance(block, Fence) else None
+        if gated:
+            gated = name != "solution-end"
+        elif name == "solution-start":
+            gated = True
+        elif name not in SOLUTION_DIRECTIVES:
+            kept += lines[block.start:block.end]
+    return "\n".join(kept).strip("\n"), gated
+
+
+def student_notebook(notebook: nbformat.NotebookNode, name: str = "notebook", book: bool = False,
+                     index: BookIndex | None = None, folder: Path | None = None) -> nbformat.NotebookNode:
+    """A student copy of ``notebook``: solutions stubbed or dropped, outputs cleared.
+
+    Args:
+        notebook: the source notebook (not changed).
+        name: what error messages call it.
+        book: keep the book's MyST Markdown (for ``jupyter-book``); otherwise the Markdown is turned
+            into plain Markdown for Jupyter.
+        index: the book's labels and page titles, for references without their own text.
+        folder: the source notebook's folder (``{literalinclude}`` paths start there).
+    """
     student = copy.deepcopy(notebook)
     cells = []
-    for index, cell in enumerate(student.cells):
-        if is_solution_markdown(cell):
-            continue
-        if cell.cell_type == "code":
+    gated = False
+    for index_in_notebook, cell in enumerate(student.cells):
+        if cell.cell_type == "markdown":
+            source, gated = _without_solutions(cell.source, gated)
+            if not source.strip():
+                continue
+            if not book:
+                source = jupyter_markdown.to_jupyter(source, index, folder)
+            if source != cell.source.strip("\n"):
+                cell.source = source
+        elif cell.cell_type == "code":
             if has_solution(cell):
                 try:
                     cell.source = student_source(cell.source)
                 except SolutionMarkerError as error:
-                    raise SolutionMarkerError(f"{name}, cell {index}: {error}") from None
+                    raise SolutionMarkerError(f"{name}, cell {index_in_notebook + 1}: {error}") from None
+            elif gated:
+                continue  # solution code without markers: never shown to the learner
             cell.outputs = []
             cell.execution_count = None
             cell.metadata.pop("execution", None)
         cells.append(cell)
+    if gated:
+        raise SolutionMarkerError(f"{name}: a {{solution-start}} without its {{solution-end}}")
     student.cells = cells
     return student
 
@@ -185,8 +231,36 @@ def _targets(notebooks: list[Path], out: Path, root: Path, book: bool) -> dict[P
     return targets
 
 
+def _included_files(notebooks: list[Path], out: Path, root: Path) -> dict[Path, Path]:
+    """The files the notebooks' ``{literalinclude}`` directives show (the package's source, for the
+    classes the chapters teach), and where they go in the book edition, at the same relative paths."""
+    files: dict[Path, Path] = {}
+    for path in notebooks:
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type != "markdown":
+                continue
+            for block in jupyter_markdown.blocks(cell.source):
+                if isinstance(block, jupyter_markdown.Fence) and block.name == "literalinclude":
+                    included = (path.parent / block.argument).resolve()
+                    try:
+                        files.setdefault(included, out / included.relative_to(root.resolve()))
+                    except ValueError:
+                        raise ValueError(f"{path}: {{literalinclude}} {block.argument} is outside the "
+                                         f"book's root {root}.") from None
+    return files
+
+
+def _data_files(notebooks: list[Path], out: Path) -> dict[Path, Path]:
+    """The files of the ``data/`` folders next to the source notebooks, and where they go in ``out``."""
+    files: dict[Path, Path] = {}
+    for folder in sorted({path.parent for path in notebooks}):
+        for relative, path in data_files(folder).items():
+            files.setdefault(path, out / DATA_FOLDER / relative)
+    return files
+
+
 def write_student_edition(notebooks: list[Path], out: Path, force: bool = False, book: bool = False,
-                          root: Path = Path(".")) -> list[Path]:
+                          root: Path = Path("."), keep_existing: bool = False) -> list[Path]:
     """Write the student edition of ``notebooks`` into ``out`` and return the files written.
 
     Args:
@@ -194,10 +268,15 @@ def write_student_edition(notebooks: list[Path], out: Path, force: bool = False,
         out: the folder to write into (created if needed).
         force: overwrite files that already exist (otherwise nothing is written and a
             ``FileExistsError`` lists them).
-        book: also copy the book around the notebooks (``_config.yml``, ``_toc.yml`` and every other
-            file under ``root/book``), keeping their paths relative to ``root``, so that
-            ``jupyter-book build OUT`` builds the book without solutions.
+        book: write the edition the book is built from: keep the MyST Markdown and copy the book
+            around the notebooks (``_config.yml``, ``_toc.yml`` and every other file under
+            ``root/book``), keeping their paths relative to ``root``, so that
+            ``jupyter-book build OUT`` builds the book without solutions. Otherwise the Markdown is
+            made plain for Jupyter and the ``data/`` folder next to the notebooks is copied to
+            ``out/data/``.
         root: the repository root the book lives in.
+        keep_existing: write only the notebooks (and data files) that are not in ``out`` yet, and
+            leave the others as they are - the learner's work - instead of raising.
     """
     targets = _targets(notebooks, out, root, book)
     extra: dict[Path, Path] = {}
@@ -205,20 +284,28 @@ def write_student_edition(notebooks: list[Path], out: Path, force: bool = False,
         for name in ("_config.yml", "_toc.yml", *sorted(p.name for p in root.glob("*.bib"))):
             extra[root / name] = out / name
         for path in sorted((root / "book").rglob("*")):
-            if path.is_file() and path.suffix != ".ipynb" and not any(
-                    part in (".ipynb_checkpoints", "__pycache__", "_build") for part in path.parts):
+            if path.is_file() and path.suffix != ".ipynb" and not in_tool_folder(path.relative_to(root)):
                 extra[path] = out / path.relative_to(root)
+        extra.update(_included_files(notebooks, out, root))
+    data = {} if book else _data_files(notebooks, out)
     existing = [t for t in [*targets.values(), *extra.values()] if t.exists()]
-    if existing and not force:
+    if keep_existing and not force:
+        targets = {source: target for source, target in targets.items() if not target.exists()}
+        extra = {source: target for source, target in extra.items() if not target.exists()}
+    elif existing and not force:
         listed = ", ".join(str(p) for p in existing[:5]) + (" ..." if len(existing) > 5 else "")
         raise FileExistsError(f"{len(existing)} file(s) already exist: {listed}. They may hold a learner's "
                               "work, so nothing was written. Choose another --out, or pass --force to "
                               "overwrite them.")
+    if not force:  # data files are the course's, not the learner's: only the missing ones are written
+        data = {source: target for source, target in data.items() if not target.exists()}
     # Convert everything before writing anything, so a broken notebook leaves no half-written edition.
-    converted = {target: student_notebook(nbformat.read(source, as_version=4), str(source))
+    index = jupyter_markdown.book_index(root / "book") if (root / "book").is_dir() else BookIndex()
+    converted = {target: student_notebook(nbformat.read(source, as_version=4), str(source), book=book,
+                                          index=index, folder=source.parent)
                  for source, target in targets.items()}
     written = []
-    for source, target in extra.items():
+    for source, target in {**extra, **data}.items():
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
         written.append(target)
@@ -227,11 +314,6 @@ def write_student_edition(notebooks: list[Path], out: Path, force: bool = False,
         nbformat.write(notebook, target)
         written.append(target)
     return written
-
-
-def default_notebooks(root: Path = Path(".")) -> list[Path]:
-    """Every notebook of the book: ``root/book/**/*.ipynb``."""
-    return sorted(p for p in (root / "book").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 
 
 def main(args: argparse.Namespace) -> int:

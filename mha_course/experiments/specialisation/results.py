@@ -15,7 +15,8 @@ from ..._validation import check_positive_int
 from ...tables import Table
 from .evaluation import SOLVED_ACCURACY, evaluate, head_role, rounded
 from .task import SpecialisationConfig, check_config, check_head_count
-from .training import progress_bar, train
+from ...progress_bar import progress as progress_line
+from .training import train
 
 #: Where ``python -m mha_course specialise`` writes its results by default (from the repository root).
 DEFAULT_RESULTS_PATH = Path("book") / "data" / "specialisation.json"
@@ -63,7 +64,7 @@ def run_experiment(seeds: int = 8, heads: Sequence[int] = (1, 2, 4), config: Spe
         longer = replace(config, steps=config.steps * long_budget_factor)
         jobs += [(1, seed, longer) for seed in range(seeds)]
     runs = []
-    for num_heads, seed, job_config in progress_bar(jobs, progress, desc="training models", unit="model"):
+    for num_heads, seed, job_config in progress_line(jobs, "training models", enabled=progress):
         run = train(num_heads, seed, job_config)
         runs.append({"num_heads": num_heads, "head_dim": config.d_model // num_heads, "seed": seed,
                      "steps": job_config.steps, "final_loss": rounded(run.losses[-1]), **evaluate(run)})
@@ -115,7 +116,7 @@ def save_results(results: dict, path: str | Path = DEFAULT_RESULTS_PATH) -> Path
     header = {key: value for key, value in results.items() if key != "runs"}
     lines = [f" {json.dumps(key)}: {json.dumps(value)}," for key, value in header.items()]
     runs = ",\n".join(f"  {json.dumps(run)}" for run in results.get("runs", []))
-    path.write_text("{\n" + "\n".join(lines) + '\n "runs": [\n' + runs + "\n ]\n}\n")
+    path.write_text("{\n" + "\n".join(lines) + '\n "runs": [\n' + runs + "\n ]\n}\n", encoding="utf-8")
     return path
 
 
@@ -125,7 +126,7 @@ def load_results(path: str | Path = DEFAULT_RESULTS_PATH) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"no results at {path}. Regenerate them from the repository root with "
                                 f"`python -m mha_course specialise --out {path}`.")
-    results = json.loads(path.read_text())
+    results = json.loads(path.read_text(encoding="utf-8"))
     missing = {"config", "heads", "runs", "seeds"} - set(results)
     if missing:
         raise ValueError(f"{path} is not a results file of run_experiment: it lacks {sorted(missing)}.")

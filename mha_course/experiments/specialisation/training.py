@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from ..._validation import check_positive_int
+from ...progress_bar import progress as progress_line
 from .task import (IGNORE_INDEX, SpecialisationConfig, TinyAttentionModel, check_config, check_head_count,
                    check_seed, difference_task)
 
@@ -35,7 +36,7 @@ def train(num_heads: int, seed: int = 0, config: SpecialisationConfig | None = N
         num_heads: heads of the attention layer; must divide ``config.d_model``.
         seed: non-negative whole number.
         config: sizes and budget (default: the book's :class:`SpecialisationConfig`).
-        progress: show a tqdm progress bar over the steps.
+        progress: show a progress line over the steps (on standard error).
         num_threads: torch threads while training (1 keeps results identical on every machine).
 
     Example:
@@ -58,7 +59,7 @@ def train(num_heads: int, seed: int = 0, config: SpecialisationConfig | None = N
         batches = torch.Generator().manual_seed(seed)
         losses = []
         model.train()
-        for _ in progress_bar(range(config.steps), progress, desc=f"{num_heads} head(s), seed {seed}", leave=False):
+        for _ in progress_line(range(config.steps), f"{num_heads} head(s), seed {seed}", enabled=progress):
             tokens, labels = difference_task(config.batch_size, config.num_tokens, config.vocab_size, batches)
             logits = model(tokens)  # (B, T, C)
             loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
@@ -71,11 +72,3 @@ def train(num_heads: int, seed: int = 0, config: SpecialisationConfig | None = N
         torch.set_num_threads(previous_threads)
     return TrainingRun(model=model, num_heads=num_heads, seed=seed, config=config, losses=losses)
 
-
-def progress_bar(iterable, shown: bool, **options):
-    """``iterable`` under a tqdm progress bar when ``shown`` (tqdm is imported only then)."""
-    if not shown:
-        return iterable
-    from tqdm import tqdm
-
-    return tqdm(iterable, **options)

@@ -1,0 +1,185 @@
+"""The grader's side of the answer process: start it, send it the work, read its frames with deadlines.
+
+The answers are found in a *fresh* Python process (:mod:`mha_course.exercises.kernel_side`, run with
+``python -I`` against a private copy of the package), never in the kernel that ran the notebook.
+:class:`AnswerProcess` starts one and hands it the write end of a pipe (``pass_fds``); the process
+imports everything, says ``("ready",)``, then reads the work from its standard input and answers on
+the pipe in frames (a 4-byte length and a ``marshal`` payload), which :class:`Frames` reads with a
+deadline each (``select``). Both need a POSIX system: see
+:mod:`mha_course.exercises.grading_setup`.
+
+:func:`answer_records` drives the processes for one notebook and returns one result per exercise:
+``("record", data)``, ``("tampered", names)``, ``(TIMED_OUT,)`` or ``(ERROR, why)``. An answer that
+times out, or a process that ends or cannot be trusted, costs that answer only: the rest are asked
+of a new process.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .framework import ERROR
+from .notebook_run import first_line, seconds
+from .package_files import PackageSnapshot
+
+#: The status of an answer that was still running when its check's time was up.
+TIMED_OUT = "timed out"
+#: The kinds of result :func:`answer_records` gives besides ``TIMED_OUT`` and ``ERROR``.
+RECORD = "record"
+TAMPERED = "tampered"
+
+#: Seconds for an answer process to import torch and the package, and to replay the definitions.
+ANSWER_PROCESS_START = 120.0
+
+
+class Frames:
+    """Reads the answer process's frames (4-byte length, marshal payload) with deadlines."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.buffer = b""
+        self.closed = False
+
+    def next(self, deadline: float):
+        """The next frame; ``"timeout"`` when the deadline passes first, ``None`` at the end."""
+        while True:
+            if len(self.buffer) >= 4:
+                size = int.from_bytes(self.buffer[:4], "big")
+                if len(self.buffer) >= 4 + size:
+                    data, self.buffer = self.buffer[4:4 + size], self.buffer[4 + size:]
+                    try:
+                        return marshal.loads(data)
+                    except (ValueError, EOFError, TypeError):
+                        return None
+            if self.closed:
+                return None
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                return "timeout"
+            ready, _, _ = select.select([self.fd], [], [], wait)
+            if ready:
+                chunk = os.read(self.fd, 1 << 20)
+                if chunk:
+                    self.buffer += chunk
+                else:
+                    self.closed = True
+
+
+class AnswerProcess:
+    """One run of :mod:`mha_course.exercises.kernel_side` in a fresh Python process.
+
+    Args:
+        package: the folder holding the private copy of the package it imports.
+        folder: its working folder (its standard error is kept there, to say why it ended).
+    """
+
+    def __init__(self, package: Path, folder: Path):
+        read, write = os.pipe()
+        self.stderr = tempfile.TemporaryFile(dir=folder)
+        boot = ("import sys; sys.path.insert(0, sys.argv[2]); "
+                "from mha_course.exercises.kernel_side import main; main()")
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-B", "-c", boot, str(write), str(package)], cwd=folder, pass_fds=(write,),
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self.stderr)
+        os.close(write)
+        self.frames = Frames(read)
+        self.read = read
+        self.is_ready = False
+
+    def ready(self, deadline: float) -> bool:
+        """Wait until the process has imported everything (``False`` if it does not in time)."""
+        self.is_ready = self.is_ready or self.frames.next(deadline) == ("ready",)
+        return self.is_ready
+
+    def send(self, work: dict) -> None:
+        try:
+            self.process.stdin.write(marshal.dumps(work))
+            self.process.stdin.close()
+        except OSError:  # it died already; the frames will say so
+            pass
+
+    def why_it_ended(self) -> str:
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return "it stopped answering"
+        self.stderr.seek(0)
+        lines = [ln for ln in self.stderr.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+        code = self.process.returncode
+        return f"exit code {code}" + (f": {first_line(lines[-1])}" if lines else "")
+
+    def close(self) -> None:
+        if self.read < 0:
+            return
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        if self.process.stdin and not self.process.stdin.closed:
+            try:
+                self.process.stdin.close()
+            except OSError:
+                pass
+        os.close(self.read)
+        self.read = -1
+        self.stderr.close()
+
+
+def answer_records(snapshot: PackageSnapshot, folder: Path, cells: list[tuple[int, str]],
+                   answers: list[tuple[str, str]], check_timeout: float, first: AnswerProcess | None = None
+                   ) -> dict[str, tuple]:
+    """Replay the definitions and probe every answer in fresh processes; one result per exercise:
+    ``(RECORD, data)``, ``(TAMPERED, names)``, ``(TIMED_OUT,)`` or ``(ERROR, why)``.
+
+    ``cells`` are the cells that ran, as ``(number, python source)``; ``answers`` the exercises
+    wanted, as ``(exercise id, answer name)``. ``first`` is a process started already. A definition
+    whose replay raises (say ``x = mha.mask`` after ``mha = ...`` was left out) is not reported:
+    what matters is whether the answers work."""
+    results: dict[str, tuple] = {}
+    remaining = list(answers)
+    attempt = 0
+    while remaining:
+        attempt += 1
+        if attempt == 1 and first is not None:
+            process = first
+        else:
+            process = AnswerProcess(snapshot.write_copy(folder / f"package-{attempt}"), folder)
+        try:
+            process.ready(time.monotonic() + ANSWER_PROCESS_START)
+            process.send({"cells": cells, "answers": remaining})
+            frame = process.frames.next(time.monotonic() + ANSWER_PROCESS_START)
+            if not (isinstance(frame, tuple) and frame[0] == "replayed"):
+                why = ("it did not start within " + seconds(ANSWER_PROCESS_START) if frame == "timeout"
+                       else process.why_it_ended())
+                for exercise_id, _ in remaining:
+                    results[exercise_id] = (ERROR, f"the answers could not be replayed ({why})")
+                return results
+            while remaining:
+                exercise_id, answer_name = remaining[0]
+                frame = process.frames.next(time.monotonic() + ANSWER_PROCESS_START)
+                if frame == ("start", exercise_id):
+                    frame = process.frames.next(time.monotonic() + check_timeout)
+                if frame == "timeout":
+                    results[exercise_id] = (TIMED_OUT,)
+                elif isinstance(frame, tuple) and frame[:2] == (RECORD, exercise_id):
+                    results[exercise_id] = (RECORD, frame[2])
+                elif isinstance(frame, tuple) and frame[:2] == (TAMPERED, exercise_id):
+                    results[exercise_id] = (TAMPERED, list(frame[2]))
+                else:
+                    results[exercise_id] = (ERROR, f"the process checking {answer_name} ended "
+                                                   f"({process.why_it_ended()}); did the answer exit?")
+                remaining.pop(0)
+                if results[exercise_id][0] != RECORD:
+                    break  # start afresh for the rest: this process is stuck, gone or not to be trusted
+        finally:
+            process.close()
+    return results
+
+
+__all__ = ["AnswerProcess", "Frames", "answer_records", "ANSWER_PROCESS_START", "TIMED_OUT", "RECORD", "TAMPERED"]

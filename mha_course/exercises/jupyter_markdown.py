@@ -1,0 +1,314 @@
+"""The book's MyST Markdown, read as blocks, and turned into plain Markdown that Jupyter renders.
+
+The chapters' Markdown cells are written for Jupyter Book (MyST): exercises are ``{exercise}``
+directives, solutions sit between ``{solution-start}`` and ``{solution-end}`` fences, notes are
+``{note}`` admonitions, and words link to the glossary with ``{term}`` roles. Jupyter renders none of
+this: a directive shows as a code block with its ``:label:`` lines, a role as raw text. This module
+
+* splits Markdown into prose and fenced blocks (with markdown-it, so code spans, indented code and
+  fences nested in lists are read as CommonMark reads them) - :func:`blocks`;
+* turns MyST into plain Markdown for the student edition - :func:`to_jupyter`: an exercise becomes
+  a heading with its number and title followed by its statement, an admonition a block quote, math
+  stays math (``$...$``), ``{term}``, ``{ref}`` and ``{doc}`` roles become their text (a reference
+  without text becomes the title it points at, from :func:`book_index`), and ``(label)=`` targets go.
+
+Example:
+    >>> print(to_jupyter("```{exercise} 1.1 · Build the mask\\n:label: ex-1-1\\n\\nUse the {term}`causal mask`.\\n```"))
+    ### Exercise 1.1 · Build the mask
+    <BLANKLINE>
+    Use the causal mask.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import textwrap
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from .notebook_files import in_tool_folder
+
+# ``{name} argument`` in a fence's info string.
+_DIRECTIVE_INFO = re.compile(r"^\{([\w:.-]+)\}\s*(.*)$")
+# ``{name}`text``` (a role), not inside a code span that starts just before it.
+_ROLE = re.compile(r"(?<!`)\{([a-zA-Z][\w:+.-]*)\}`([^`\n]+)`")
+# ``(label)=`` on a line of its own: a MyST target.
+_TARGET = re.compile(r"^\s*\(([^()\s]+)\)=\s*$")
+_OPTION = re.compile(r"^:([\w-]+):\s*(.*)$")
+# ``text <target>`` inside a role.
+_EXPLICIT = re.compile(r"^(.*?)\s*<([^<>]+)>$", re.DOTALL)
+
+ADMONITIONS = {"note", "warning", "tip", "important", "caution", "attention", "danger", "error", "hint",
+               "seealso", "admonition"}
+SOLUTION_DIRECTIVES = {"solution", "solution-start", "solution-end"}
+# Directives that only mean something to Sphinx: dropped from the Jupyter edition with their body.
+_SPHINX_ONLY = {"glossary", "toctree", "bibliography", "tableofcontents", "index", "glue:figure", "raw"}
+
+
+@dataclass
+class Fence:
+    """A fenced block: lines ``start`` to ``end`` (exclusive) of the text it came from."""
+
+    start: int
+    end: int
+    name: str | None  # the directive's name, or None for a plain code fence
+    argument: str
+    options: dict[str, str]
+    body: str
+    prefix: str  # what precedes the fence marker on its opening line (list indent, "> ")
+    info: str = ""
+
+
+@dataclass
+class Prose:
+    """Lines ``start`` to ``end`` (exclusive) that are not a fence."""
+
+    start: int
+    end: int
+
+
+@lru_cache(maxsize=1)
+def _parser():
+    from markdown_it import MarkdownIt
+    from mdit_py_plugins.colon_fence import colon_fence_plugin
+
+    return MarkdownIt("commonmark").use(colon_fence_plugin)
+
+
+def _options_and_body(content: str) -> tuple[dict[str, str], str]:
+    lines = content.splitlines()
+    options: dict[str, str] = {}
+    i = 0
+    if lines and lines[0].strip() == "---":  # a YAML block of options
+        end = next((j for j in range(1, len(lines)) if lines[j].strip() == "---"), None)
+        if end is not None:
+            for line in lines[1:end]:
+                key, _, value = line.partition(":")
+                if key.strip():
+                    options[key.strip()] = value.strip()
+            i = end + 1
+    else:
+        while i < len(lines) and _OPTION.match(lines[i]):
+            key, value = _OPTION.match(lines[i]).groups()
+            options[key] = value
+            i += 1
+    while i < len(lines) and not lines[i].strip():
+        i += 1
+    return options, "\n".join(lines[i:])
+
+
+def blocks(text: str) -> list[Fence | Prose]:
+    """``text`` as a list of prose runs and fenced blocks, in order, covering every line once."""
+    lines = text.splitlines()
+    fences = []
+    for token in _parser().parse(text):
+        if token.type not in ("fence", "colon_fence") or token.map is None:
+            continue
+        start, end = token.map
+        opening = lines[start]
+        marker = opening.lstrip(" >")[:1]
+        prefix = opening[: opening.index(marker)] if marker in opening else ""
+        match = _DIRECTIVE_INFO.match(token.info.strip())
+        options, body = _options_and_body(token.content) if match else ({}, token.content.rstrip("\n"))
+        fences.append(Fence(start, end, match.group(1) if match else None, match.group(2).strip() if match else "",
+                            options, body, prefix, token.info.strip()))
+    out: list[Fence | Prose] = []
+    line = 0
+    for fence in fences:
+        if fence.start > line:
+            out.append(Prose(line, fence.start))
+        out.append(fence)
+        line = fence.end
+    if line < len(lines):
+        out.append(Prose(line, len(lines)))
+    return out
+
+
+def directive_names(text: str) -> list[str]:
+    """The names of the directives fenced in ``text`` (outermost only), in order."""
+    return [b.name for b in blocks(text) if isinstance(b, Fence) and b.name]
+
+
+# ----------------------------------------------------------------------------------------------
+# Where references point: labels and documents of the book, with their titles.
+
+
+@dataclass
+class BookIndex:
+    """Titles that ``{ref}`` and ``{doc}`` roles without their own text resolve to."""
+
+    labels: dict[str, str] = field(default_factory=dict)
+    docs: dict[str, str] = field(default_factory=dict)
+
+
+def _heading_text(line: str) -> str:
+    return _plain_roles(line.lstrip("#").strip(), BookIndex())
+
+
+def _index_markdown(text: str, index: BookIndex, doc: str) -> None:
+    lines = text.splitlines()
+    for number, line in enumerate(lines):
+        target = _TARGET.match(line)
+        if target:
+            following = next((ln for ln in lines[number + 1:] if ln.strip()), "")
+            if following.startswith("#"):
+                index.labels.setdefault(target.group(1), _heading_text(following))
+        if line.startswith("# ") and doc not in index.docs:
+            index.docs[doc] = _heading_text(line)
+    for block in blocks(text):
+        if isinstance(block, Fence) and block.name == "exercise" and "label" in block.options:
+            index.labels.setdefault(block.options["label"], f"Exercise {block.argument}".strip())
+
+
+def book_index(folder: Path) -> BookIndex:
+    """The labels and document titles of every Markdown page and notebook under ``folder``."""
+    index = BookIndex()
+    for path in sorted(folder.rglob("*")):
+        if in_tool_folder(path.relative_to(folder)):
+            continue
+        doc = path.relative_to(folder).with_suffix("").as_posix()
+        if path.suffix == ".md":
+            _index_markdown(path.read_text(encoding="utf-8"), index, doc)
+        elif path.suffix == ".ipynb":
+            try:
+                cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+            except (ValueError, OSError):
+                continue
+            for cell in cells:
+                if cell.get("cell_type") == "markdown":
+                    source = cell.get("source", "")
+                    _index_markdown("".join(source) if isinstance(source, list) else source, index, doc)
+    return index
+
+
+# ----------------------------------------------------------------------------------------------
+# MyST -> plain Markdown.
+
+
+def _role_text(name: str, content: str, index: BookIndex) -> str:
+    if name == "math":
+        return f"${content}$"
+    explicit = _EXPLICIT.match(content)
+    text, target = (explicit.group(1), explicit.group(2)) if explicit else (None, content)
+    if text:
+        return text
+    if name in ("ref", "numref"):
+        return index.labels.get(target, target)
+    if name == "doc":
+        return index.docs.get(target.strip("/").removesuffix(".md").removesuffix(".ipynb"), target)
+    if name.startswith("cite"):
+        return f"({target})"
+    if name in ("sub", "sup"):
+        return f"<{name}>{target}</{name}>"
+    return target.lstrip("~!")
+
+
+def _plain_roles(text: str, index: BookIndex) -> str:
+    return _ROLE.sub(lambda m: _role_text(m.group(1), m.group(2), index), text)
+
+
+def _prose(lines: list[str], index: BookIndex) -> list[str]:
+    return [_plain_roles(line, index) for line in lines if not _TARGET.match(line)]
+
+
+def _quote(title: str, body: str) -> str:
+    lines = [f"**{title}**", ""] + body.splitlines()
+    return "\n".join(f"> {line}" if line.strip() else ">" for line in lines)
+
+
+def _select_lines(text: str, options: dict[str, str]) -> str:
+    lines = text.splitlines()
+    if "lines" in options:
+        keep: list[str] = []
+        for part in options["lines"].split(","):
+            first, _, last = part.strip().partition("-")
+            start = int(first) if first else 1
+            stop = int(last) if last else (len(lines) if _ else start)
+            keep += lines[start - 1:stop]
+        lines = keep
+    for key, after in (("start-at", False), ("start-after", True)):
+        if key in options:
+            at = next((i for i, ln in enumerate(lines) if options[key] in ln), None)
+            if at is not None:
+                lines = lines[at + after:]
+    for key, include in (("end-at", True), ("end-before", False)):
+        if key in options:
+            at = next((i for i, ln in enumerate(lines) if options[key] in ln), None)
+            if at is not None:
+                lines = lines[: at + include]
+    return textwrap.dedent("\n".join(lines))
+
+
+def _included_source(fence: Fence, folder: Path | None) -> str:
+    """The code a ``{literalinclude}`` shows, as a fenced block (or a sentence if unreadable)."""
+    path = (folder / fence.argument) if folder else Path(fence.argument)
+    try:
+        source = path.read_text(encoding="utf-8")
+        if "pyobject" in fence.options:
+            tree = ast.parse(source)
+            wanted = fence.options["pyobject"].split(".")
+            nodes = tree.body
+            node = None
+            for name in wanted:
+                node = next(n for n in nodes if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                            and n.name == name)
+                nodes = node.body
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            source = "\n".join(source.splitlines()[first - 1:node.end_lineno])
+        code = _select_lines(source, fence.options)
+    except (OSError, SyntaxError, StopIteration, ValueError):
+        return f"*(The book shows the source of `{fence.argument}` here.)*"
+    language = fence.options.get("language", "python")
+    return f"```{language}\n{code.rstrip()}\n```"
+
+
+def _directive(fence: Fence, index: BookIndex, folder: Path | None) -> str | None:
+    """Plain Markdown for one directive; ``None`` drops it."""
+    name, body = fence.name or "", to_jupyter(fence.body, index, folder)
+    if name == "exercise":
+        heading = f"### Exercise {_plain_roles(fence.argument, index)}".rstrip()
+        return f"{heading}\n\n{body}".rstrip()
+    if name in SOLUTION_DIRECTIVES or name in _SPHINX_ONLY:
+        return None
+    if name in ADMONITIONS:
+        title = _plain_roles(fence.argument, index) if name == "admonition" and fence.argument else (
+            "See also" if name == "seealso" else name.capitalize())
+        return _quote(title, body)
+    if name == "math":
+        return f"$$\n{fence.body.strip()}\n$$"
+    if name in ("code", "code-block", "sourcecode", "code-cell"):
+        return f"```{fence.argument}\n{fence.body}\n```"
+    if name == "literalinclude":
+        return _included_source(fence, folder)
+    if name in ("figure", "image"):
+        alt = fence.options.get("alt", "")
+        return f"![{alt}]({fence.argument})" + (f"\n\n{body}" if body else "")
+    title = _plain_roles(fence.argument, index)
+    return (f"**{title}**\n\n{body}" if title else body).strip() or None
+
+
+def to_jupyter(text: str, index: BookIndex | None = None, folder: Path | None = None) -> str:
+    """Plain Markdown for Jupyter from the book's MyST Markdown ``text``.
+
+    ``index`` resolves references without their own text; ``folder`` is where paths in
+    ``{literalinclude}`` directives start from (the source notebook's folder).
+    """
+    index = index or BookIndex()
+    lines = text.splitlines()
+    out: list[str] = []
+    for block in blocks(text):
+        if isinstance(block, Prose):
+            out += _prose(lines[block.start:block.end], index)
+        elif block.name is None:
+            out += lines[block.start:block.end]  # a code block: left exactly as written
+        else:
+            converted = _directive(block, index, folder)
+            if converted is not None:
+                out += [f"{block.prefix}{line}" if line else block.prefix.rstrip() for line in converted.splitlines()]
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip("\n")
+
+
+__all__ = ["blocks", "directive_names", "to_jupyter", "book_index", "BookIndex", "Fence", "Prose"]

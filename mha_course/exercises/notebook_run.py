@@ -1,0 +1,182 @@
+"""The grader's run of one notebook in its Jupyter kernel: cells with deadlines, and what happened.
+
+:class:`NotebookRun` executes a notebook's code cells one by one, as "Run all" would with errors
+allowed: a cell that raises or runs past its time limit is reported and the run goes on; a kernel
+that dies, or a cell that calls ``exit()``, ends the run and is blamed on the cell that did it. It
+notes which cells ran to their end and why the others did not, so the grader can say that an
+answer was "not run" and where.
+
+Reports name a cell by its number, counting every cell from the top (Markdown included), and by
+its first line: ``cell 7 (`ratio = 1 / 0`)`` (:func:`cell_name`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbclient.util import run_sync
+
+_QUIET_LOG = logging.getLogger("mha_course.grader.nbclient")
+_QUIET_LOG.addHandler(logging.NullHandler())
+_QUIET_LOG.propagate = False
+
+
+def _not_an_interrupted_cell(record: logging.LogRecord) -> bool:
+    """Drop asyncio's note about nbclient's output reader of a cell the grader interrupted."""
+    return not (record.getMessage().startswith("Task exception was never retrieved") and record.exc_info
+                and isinstance(record.exc_info[1], queue.Empty))
+
+
+logging.getLogger("asyncio").addFilter(_not_an_interrupted_cell)
+
+
+def first_line(text: str, limit: int = 200) -> str:
+    """The first non-blank line of ``text``, cut to ``limit`` characters (``...`` marks a cut)."""
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def cell_name(notebook: nbformat.NotebookNode, index: int) -> str:
+    """How reports name a cell: its number counting every cell from 1, and its first line.
+
+    Example:
+        >>> notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Title"),
+        ...                                           nbformat.v4.new_code_cell("\\n\\nratio = 1 / 0")])
+        >>> cell_name(notebook, 1)
+        'cell 2 (`ratio = 1 / 0`)'
+    """
+    first = first_line(notebook.cells[index].source, limit=60)
+    return f"cell {index + 1} (`{first}`)" if first else f"cell {index + 1} (empty)"
+
+
+def seconds(value: float) -> str:
+    """A time limit as reports write it: ``8 s``, ``0.5 s``."""
+    return f"{value:g} s"
+
+
+def python_source(source: str) -> str:
+    """A cell's source as plain Python: IPython's magics and shell escapes become calls.
+
+    Example:
+        >>> python_source("%time x = 1").strip()
+        "get_ipython().run_line_magic('time', 'x = 1')"
+    """
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+    except ImportError:  # without IPython a cell with magics simply does not parse
+        return source
+    try:
+        return TransformerManager().transform_cell(source)
+    except Exception:  # a cell IPython cannot read: leave it as it is (it will not parse either)
+        return source
+
+
+def _after(later: list[int]) -> str:
+    return f"; the {len(later)} code cell(s) after it did not run" if later else ""
+
+
+class NotebookRun:
+    """One notebook's kernel: execute cells with deadlines, and note what happens in ``events``.
+
+    Args:
+        notebook: the notebook to run (its cells receive their outputs).
+        folder: the kernel's working folder.
+        events: the list that what happened is appended to, in order, as readable lines.
+    """
+
+    def __init__(self, notebook: nbformat.NotebookNode, folder: Path, events: list[str]):
+        self.notebook = notebook
+        self.events = events
+        self.client = NotebookClient(
+            notebook, timeout=None, allow_errors=True, interrupt_on_timeout=False, record_timing=False,
+            kernel_name=notebook.metadata.get("kernelspec", {}).get("name", "python3"),
+            resources={"metadata": {"path": str(folder)}},
+            log=_QUIET_LOG,  # time-outs and errors are reported in the score table instead
+            on_cell_executed=self._executed, shutdown_kernel="immediate",
+        )
+        self.ran: set[int] = set()  # cells that ran to their end (with or without an error)
+        self.not_run: dict[int, str] = {}  # cell index -> why it did not run to its end
+        self.exit_cell: int | None = None  # the cell that called exit(), if one did
+
+    def _executed(self, cell, cell_index, execute_reply) -> None:
+        payloads = (execute_reply or {}).get("content", {}).get("payload", []) or []
+        if any(p.get("source") == "ask_exit" for p in payloads):
+            self.exit_cell = cell_index
+
+    def name(self, index: int) -> str:
+        return cell_name(self.notebook, index)
+
+    def execute(self, cell, index: int, timeout: float) -> str:
+        """Execute one cell within ``timeout`` seconds; return "ok", "timeout" or "dead"."""
+        self.client.timeout = max(1, int(math.ceil(timeout)))
+        try:
+            self.client.execute_cell(cell, index)
+        except CellTimeoutError:
+            try:
+                run_sync(self.client.km.interrupt_kernel)()  # the manager is asynchronous
+            except Exception:  # the kernel may be gone already
+                pass
+            return "timeout"
+        except DeadKernelError:
+            return "dead"
+        return "ok"
+
+    def _stop(self, rest: list[int], why: str) -> None:
+        for index in rest:
+            self.not_run.setdefault(index, why)
+
+    def _exited(self, code: list[int]) -> None:
+        """The kernel stopped after the cell that called ``exit()``: the cells after it did not run."""
+        blamed = self.exit_cell
+        later = [i for i in code if i > blamed]
+        self.events.append(f"{self.name(blamed)} called exit(): the kernel stopped" + _after(later))
+        self._stop(later, f"{self.name(blamed)} called exit(), which stopped the kernel")
+
+    def run_notebook(self, timeout: float, cell_timeout: float) -> None:
+        """Run every code cell, each within ``cell_timeout`` and all within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        code = [i for i, c in enumerate(self.notebook.cells) if c.cell_type == "code"]
+        for position, index in enumerate(code):
+            cell, later = self.notebook.cells[index], code[position + 1:]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.events.append(f"ran out of time ({seconds(timeout)} for the whole notebook) before "
+                                   f"{self.name(index)}; it and the {len(later)} code cell(s) after it did not run")
+                self._stop([index, *later], f"the notebook ran out of time ({seconds(timeout)}) before "
+                                            f"{self.name(index)}")
+                return
+            limit = min(cell_timeout, remaining)
+            outcome = self.execute(cell, index, limit)
+            if outcome == "timeout":
+                which = ("the limit for one cell" if limit == cell_timeout else
+                         f"the notebook's {seconds(timeout)} were up")
+                self.events.append(f"timed out: {self.name(index)} was still running after {seconds(limit)} "
+                                   f"({which}); it was interrupted")
+                self.not_run[index] = f"{self.name(index)} timed out"
+                continue
+            if outcome == "dead":
+                if self.exit_cell is not None:  # exit() ends the kernel only after its cell's reply
+                    self._exited(code)
+                else:
+                    self.events.append(f"the kernel died while running {self.name(index)} (did it exit or "
+                                       f"crash Python?)" + _after(later))
+                    self._stop([index, *later], f"the kernel died in {self.name(index)}")
+                return
+            self.ran.add(index)
+            for output in cell.outputs:
+                if output.get("output_type") == "error":
+                    self.events.append(f"{self.name(index)} raised {output.get('ename')}: "
+                                       f"{first_line(output.get('evalue', ''))}")
+            if self.exit_cell is not None:
+                self._exited(code)
+                return
+
+
+__all__ = ["NotebookRun", "cell_name", "first_line", "seconds", "python_source"]

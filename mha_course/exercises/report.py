@@ -1,0 +1,214 @@
+"""The grader's verdicts and report: which exercises a notebook is graded on, each one's score, the table.
+
+The grader collects, for each notebook, what its run and its answer process found out; this module
+turns that into an :class:`ExerciseScore` per exercise, judged against the package's reference in
+the grader's own process (which never ran any notebook code), notes every disagreement between a
+verdict and the line the notebook printed, and formats the score table that
+``python -m mha_course grade`` prints (a :class:`mha_course.tables.Table` per notebook).
+
+The statuses are those of the checks (``passed``, ``failed``, ``not implemented``, ``missing``,
+``error``) and the grader's own: :data:`TIMED_OUT`, :data:`NOT_RUN`, :data:`NOT_SCORED`,
+:data:`NOT_CHECKED`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from ..tables import Table
+from . import EXERCISES
+from .answer_process import RECORD, TAMPERED, TIMED_OUT
+from .framework import ERROR, FAIL_MARK, MISSING, PASS_MARK, PASSED, WAITING_MARK, judge
+from .kernel_side import to_record
+from .notebook_files import chapter_number
+from .notebook_run import NotebookRun, first_line, seconds
+
+# The statuses the grader adds to those of the checks (passed, failed, not implemented, missing, error).
+NOT_RUN = "not run"  # the cell defining the answer never ran (time-out, dead kernel, exit())
+NOT_SCORED = "not scored"  # the notebook changed the package or the checking code
+NOT_CHECKED = "not checked"  # the notebook's kernel could not be started
+
+_CHECK_CALL = re.compile(r"""check\(\s*["'](\d+\.\d+)["']""")
+_PRINTED = re.compile(rf"^({PASS_MARK}|{WAITING_MARK}|{FAIL_MARK}) (\d+\.\d+)\b", re.MULTILINE)
+
+
+@dataclass
+class ExerciseScore:
+    """The grader's verdict on one exercise of one notebook."""
+
+    id: str
+    title: str
+    status: str
+    points: int
+    checks_passed: int
+    checks_total: int
+    line: str
+    notebook_printed: str | None = None  # the verdict line the notebook itself printed, if any
+
+
+@dataclass
+class NotebookReport:
+    """Everything the grader found out about one notebook."""
+
+    notebook: str
+    exercises: list[ExerciseScore] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)  # what happened while it ran, in order
+    seconds: float = 0.0
+
+    @property
+    def score(self) -> int:
+        return sum(e.points for e in self.exercises)
+
+    @property
+    def max_score(self) -> int:
+        return len(self.exercises)
+
+    def to_dict(self) -> dict:
+        return {"notebook": self.notebook, "score": self.score, "max_score": self.max_score,
+                "events": self.events, "seconds": round(self.seconds, 1),
+                "exercises": [asdict(e) for e in self.exercises]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "NotebookReport":
+        return cls(data["notebook"], [ExerciseScore(**e) for e in data["exercises"]], list(data["events"]),
+                   data.get("seconds", 0.0))
+
+
+def exercises_for(notebook: nbformat.NotebookNode, path: Path) -> list[str]:
+    """The exercises to grade: every exercise of each chapter the notebook belongs to.
+
+    A chapter is recognised from the ``check("2.1", ...)`` calls in the notebook and from a file
+    name starting with the chapter number (``02_...``), so deleting a check cell does not take
+    that exercise off the score table.
+    """
+    chapters = set()
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            chapters.update(int(found.split(".")[0]) for found in _CHECK_CALL.findall(cell.source))
+    if chapter_number(path.name) is not None:
+        chapters.add(chapter_number(path.name))
+    return [eid for eid, exercise in EXERCISES.items() if exercise.chapter in chapters]
+
+
+def printed_verdicts(notebook: nbformat.NotebookNode) -> dict[str, str]:
+    """The last verdict line the executed notebook printed for each exercise."""
+    printed = {}
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream":
+                for line in output.get("text", "").splitlines():
+                    match = _PRINTED.match(line)
+                    if match:
+                        printed[match.group(2)] = line
+    return printed
+
+
+def score(exercise_id: str, status: str, line: str, checks_passed: int = 0) -> ExerciseScore:
+    """The score of one exercise: a point if ``status`` is passed."""
+    exercise = EXERCISES[exercise_id]
+    return ExerciseScore(exercise_id, exercise.title, status, int(status == PASSED), checks_passed,
+                         len(exercise.checks), line)
+
+
+def listed(names: list[str]) -> str:
+    """The first three names, and ``...`` if there are more."""
+    return ", ".join(names[:3]) + (" ..." if len(names) > 3 else "")
+
+
+def withhold(report: NotebookReport, exercise_ids: list[str], why: str) -> None:
+    """Score none of the notebook's exercises, and say why."""
+    report.events.append(f"not scored: {why}")
+    report.exercises = [score(eid, NOT_SCORED, f"{FAIL_MARK} {eid}: not scored: {why}") for eid in exercise_ids]
+
+
+def not_checked(report: NotebookReport, exercise_ids: list[str]) -> None:
+    """Score every exercise as not checked: the notebook's kernel did not start."""
+    report.exercises = [score(eid, NOT_CHECKED, f"{FAIL_MARK} {eid}: not checked: the notebook's kernel did not "
+                              "start") for eid in exercise_ids]
+
+
+def verdict(exercise_id: str, result: tuple, run: NotebookRun, definers: dict[int, set[str]],
+            check_timeout: float) -> ExerciseScore:
+    """The score of one exercise from what the answer process sent for it (see
+    :func:`mha_course.exercises.answer_process.answer_records`) and what the notebook's run did.
+
+    ``definers`` maps each code cell's index to the names its replayed statements define."""
+    exercise = EXERCISES[exercise_id]
+    name = exercise.answer_name
+    kind = result[0]
+    if kind == TIMED_OUT:
+        return score(exercise_id, TIMED_OUT, f"{FAIL_MARK} {exercise_id}: {name} was still running after "
+                                             f"{seconds(check_timeout)} (--check-timeout)")
+    if kind == TAMPERED:
+        changed = ", ".join(result[1])
+        return score(exercise_id, NOT_SCORED, f"{FAIL_MARK} {exercise_id}: not scored: while {name} was defined or "
+                                              f"checked, the notebook's code changed {changed}")
+    if kind != RECORD:
+        return score(exercise_id, ERROR, f"{FAIL_MARK} {exercise_id}: could not be checked: {result[1]}")
+    judged = judge(exercise, to_record(result[1]))
+    if judged.status != PASSED and "is not defined" in judged.line:
+        return score(exercise_id, judged.status, f"{judged.line} (The grader runs the answers with only the "
+                     "notebook's imports, def and class statements and plain assignments: set what the answer uses "
+                     "there, not as a side effect of other code.)", judged.checks_passed)
+    if judged.status == MISSING:
+        unrun = [i for i, names in definers.items() if name in names and i not in run.ran]
+        if unrun:
+            why = run.not_run.get(unrun[0], f"{run.name(unrun[0])} did not run")
+            return score(exercise_id, NOT_RUN, f"{FAIL_MARK} {exercise_id}: not run: {why}; {name} is defined in "
+                                               f"{run.name(unrun[0])}, which did not run to its end")
+    return score(exercise_id, judged.status, judged.line, judged.checks_passed)
+
+
+def compare_printed(report: NotebookReport, printed: dict[str, str]) -> None:
+    """Keep the line the notebook printed for each exercise, and note each one that disagrees with
+    the grader's verdict, in either direction."""
+    for exercise in report.exercises:
+        exercise.notebook_printed = printed.get(exercise.id)
+        if exercise.notebook_printed:
+            printed_pass = exercise.notebook_printed.startswith(PASS_MARK)
+            if printed_pass != (exercise.status == PASSED):
+                report.events.append(f"{exercise.id}: the notebook printed {'a pass' if printed_pass else 'no pass'} "
+                                     f"({first_line(exercise.notebook_printed, 80)}), but the grader's own check "
+                                     f"says {exercise.status}")
+
+
+def notebook_table(report: NotebookReport) -> Table:
+    """One notebook's scores: a row per exercise, then the line of each exercise that did not pass
+    and what happened while the notebook ran (``!``).
+
+    Example:
+        >>> report = NotebookReport("01_mine.ipynb", [score("1.1", PASSED, "✓ 1.1 passed (5 checks)", 5)],
+        ...                         ["cell 3 (`x = 1 / 0`) raised ZeroDivisionError: division by zero"])
+        >>> print(notebook_table(report))
+        01_mine.ipynb: 1/1 exercises passed
+        exercise  result  checks  title
+        --------  ------  ------  ---------------------
+        1.1       passed     5/5  build the causal mask
+        ! cell 3 (`x = 1 / 0`) raised ZeroDivisionError: division by zero
+    """
+    rows = [[e.id, e.status, f"{e.checks_passed}/{e.checks_total}", e.title] for e in report.exercises]
+    notes = [e.line for e in report.exercises if e.status != PASSED] + [f"! {event}" for event in report.events]
+    return Table(["exercise", "result", "checks", "title"], rows, align={"checks": "right"}, notes=notes,
+                 title=f"{report.notebook}: {report.score}/{report.max_score} exercises passed")
+
+
+def format_report(reports: list[NotebookReport]) -> str:
+    """The score table printed by ``python -m mha_course grade``: a :func:`notebook_table` per
+    notebook (the title and the notes alone for a notebook without exercises), then the total."""
+    blocks = []
+    for report in reports:
+        table = notebook_table(report)
+        blocks.append(str(table) if report.exercises else "\n".join([table.title, *table.notes]))
+    total = sum(r.score for r in reports)
+    maximum = sum(r.max_score for r in reports)
+    blocks.append(f"Total: {total}/{maximum} exercises passed in {len(reports)} notebook(s)")
+    return "\n\n".join(blocks)
+
+
+__all__ = ["ExerciseScore", "NotebookReport", "exercises_for", "printed_verdicts", "score", "withhold", "not_checked",
+           "verdict", "compare_printed", "notebook_table", "format_report", "listed", "TIMED_OUT", "NOT_RUN",
+           "NOT_SCORED", "NOT_CHECKED"]
