@@ -67,7 +67,7 @@ class FastMultiHeadAttention(nn.Module):
         self.d_in = check_positive_int("d_in", d_in)
         self.d_out = check_positive_int(
             "d_out", d_out,
-            hint="As in MultiHeadAttention, d_out is the width of all heads.",
+            hint="As in MultiHeadAttention, d_out is all heads' width.",
         )
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.context_length = check_positive_int(
@@ -86,7 +86,7 @@ class FastMultiHeadAttention(nn.Module):
         # drop-in replacement for MultiHeadAttention.
 
     def _queries_keys_values(self, x: torch.Tensor):
-        """Queries, keys and values, each (B, h, T, d_h), from one product."""
+        """Queries, keys and values, (B, h, T, d_h) each, by one product."""
         check_input(x, self.d_in, self.context_length, like=self.qkv.weight)
         qkv = self.qkv(x)  # (B, T, 3*d_out): one product for all three roles
         # Each (B, T, d_out): views of qkv, nothing copied.
@@ -97,7 +97,7 @@ class FastMultiHeadAttention(nn.Module):
                      for t in (queries, keys, values))
 
     def _explicit_weights(self, queries, keys) -> torch.Tensor:
-        """The attention weights (B, h, T, T), step by step as in chapter 3."""
+        """The attention weights (B, h, T, T), step by step."""
         num_tokens = queries.shape[2]
         queries = queries * self.head_dim**-0.5
         scores = queries @ keys.transpose(2, 3)  # (B, h, T, T)
@@ -137,11 +137,11 @@ class FastMultiHeadAttention(nn.Module):
 
     @classmethod
     def from_multihead(cls, mha: MultiHeadAttention):
-        """A ``FastMultiHeadAttention`` that computes exactly what ``mha`` does.
+        """A ``FastMultiHeadAttention`` that computes what ``mha`` does.
 
         The query, key and value weights (and biases) are stacked into
-        ``qkv``; the output projection and the dropout probability are copied;
-        device, dtype and training mode follow ``mha``.
+        ``qkv``; the output projection and the dropout probability are
+        copied; device, dtype and training mode follow ``mha``.
 
         Example:
             >>> mha = MultiHeadAttention(3, 4, 6, dropout=0.0, num_heads=2)
@@ -152,7 +152,8 @@ class FastMultiHeadAttention(nn.Module):
         """
         if not isinstance(mha, MultiHeadAttention):
             raise TypeError(
-                f"mha must be a MultiHeadAttention, got {type(mha).__name__}. "
+                "mha must be a MultiHeadAttention, got "
+                f"{type(mha).__name__}. "
                 "For a MultiHeadAttentionWrapper, convert it first: "
                 "FastMultiHeadAttention.from_multihead("
                 "MultiHeadAttention.from_wrapper(wrapper))."

@@ -27,23 +27,24 @@ def _check_tensor(t, dims: int, shape: str) -> None:
 
 
 def split_heads(t: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """View one projection as separate heads: (B, T, h*d_h) -> (B, h, T, d_h).
+    """View one projection as heads: (B, T, h*d_h) -> (B, h, T, d_h).
 
-    Columns ``i * d_h`` to ``(i + 1) * d_h`` of the last dimension become head
-    ``i``. No number is copied: ``view`` cuts the last dimension into
-    ``(h, d_h)`` and ``transpose`` swaps strides, so the result shares memory
-    with ``t``.
+    Columns ``i * d_h`` to ``(i + 1) * d_h`` of the last dimension become
+    head ``i``. No number is copied: ``view`` cuts the last dimension into
+    ``(h, d_h)`` and ``transpose`` swaps strides, so the result shares
+    memory with ``t``.
 
     Args:
         t: a projection's output, shape ``(B, T, num_heads * head_dim)``.
-        num_heads: how many heads to cut it into; must divide ``t.shape[-1]``.
+        num_heads: how many heads to cut it into; it must divide
+            ``t.shape[-1]``.
 
     Raises:
         ValueError: for a tensor that is not 3-D, or a width that
             ``num_heads`` does not divide.
 
     Example:
-        >>> t = torch.arange(8.0).view(1, 2, 4)  # 1 sequence, 2 tokens, width 4
+        >>> t = torch.arange(8.0).view(1, 2, 4)  # 2 tokens, width 4
         >>> heads = split_heads(t, num_heads=2)
         >>> heads.shape
         torch.Size([1, 2, 2, 2])
@@ -56,13 +57,13 @@ def split_heads(t: torch.Tensor, num_heads: int) -> torch.Tensor:
     batch, num_tokens, width = t.shape
     if width % num_heads != 0:
         raise ValueError(
-            f"t is {width} wide (t.shape[-1]) but num_heads={num_heads} does "
-            "not divide it: every head gets head_dim = width // num_heads "
-            f"columns. Use a num_heads that divides {width}."
+            f"t is {width} wide (t.shape[-1]) but num_heads={num_heads} "
+            "does not divide it: every head gets head_dim = width // "
+            f"num_heads columns. Use a num_heads that divides {width}."
         )
     head_dim = width // num_heads
     t = t.view(batch, num_tokens, num_heads, head_dim)  # (B, T, h, d_h)
-    return t.transpose(1, 2)  # (B, h, T, d_h): heads become a batch dimension
+    return t.transpose(1, 2)  # (B, h, T, d_h): heads become a batch axis
 
 
 def merge_heads(t: torch.Tensor) -> torch.Tensor:

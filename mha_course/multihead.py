@@ -56,7 +56,7 @@ class MultiHeadAttention(nn.Module):
         self.d_in = check_positive_int("d_in", d_in)
         self.d_out = check_positive_int(
             "d_out", d_out,
-            hint="In MultiHeadAttention d_out is the total width of all heads.",
+            hint="In MultiHeadAttention d_out is the width of all heads.",
         )
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.context_length = check_positive_int(
@@ -68,7 +68,7 @@ class MultiHeadAttention(nn.Module):
         self.W_query = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
         self.W_key = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
         self.W_value = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
-        # New in this class: a learned linear map that mixes the merged heads.
+        # New in this class: a learned linear map that mixes the heads.
         self.out_proj = nn.Linear(self.d_out, self.d_out)
         self.dropout = nn.Dropout(check_dropout(dropout))
         self.register_buffer("mask", causal_mask(self.context_length))
@@ -76,13 +76,14 @@ class MultiHeadAttention(nn.Module):
         self.register_load_state_dict_pre_hook(check_loaded_mask)
 
     def _weights_and_values(self, x: torch.Tensor):
-        """The attention weights (B, h, T, T) and the values (B, h, T, d_h)."""
+        """Attention weights (B, h, T, T) and values (B, h, T, d_h)."""
         check_input(x, self.d_in, self.context_length,
                     like=self.W_query.weight)
         num_tokens = x.shape[1]
-        queries = split_heads(self.W_query(x), self.num_heads)  # (B, h, T, d_h)
-        keys = split_heads(self.W_key(x), self.num_heads)  # (B, h, T, d_h)
-        values = split_heads(self.W_value(x), self.num_heads)  # (B, h, T, d_h)
+        h = self.num_heads
+        queries = split_heads(self.W_query(x), h)  # (B, h, T, d_h)
+        keys = split_heads(self.W_key(x), h)  # (B, h, T, d_h)
+        values = split_heads(self.W_value(x), h)  # (B, h, T, d_h)
         # Scale the queries (B*T*d_out numbers), not the scores (B*h*T*T):
         # softmax(q k^T / sqrt(d_h)) is the same, and the queries are fewer.
         queries = queries * self.head_dim**-0.5
@@ -115,7 +116,7 @@ class MultiHeadAttention(nn.Module):
 
     @classmethod
     def from_wrapper(cls, wrapper: MultiHeadAttentionWrapper):
-        """A ``MultiHeadAttention`` that computes exactly what ``wrapper`` does.
+        """A ``MultiHeadAttention`` that computes what ``wrapper`` does.
 
         Its ``d_out`` is ``wrapper.num_heads * wrapper.d_out`` (the wrapper's
         ``d_out`` is per head); it has the wrapper's dropout, bias setting,
@@ -123,7 +124,7 @@ class MultiHeadAttention(nn.Module):
         :func:`transfer_weights`.
 
         Example:
-            >>> wrapper = MultiHeadAttentionWrapper(3, 2, 6, 0.0, num_heads=2)
+            >>> wrapper = MultiHeadAttentionWrapper(3, 2, 6, 0.0, 2)
             >>> mha = MultiHeadAttention.from_wrapper(wrapper)
             >>> x = torch.rand(2, 6, 3)
             >>> mha.d_out, torch.allclose(mha(x), wrapper(x), atol=1e-6)
@@ -149,34 +150,41 @@ class MultiHeadAttention(nn.Module):
 
     @classmethod
     @torch.no_grad()
-    def from_fast(cls, fast) -> "MultiHeadAttention":
-        """A ``MultiHeadAttention`` that computes exactly what the ``FastMultiHeadAttention`` computes.
+    def from_fast(cls, fast):
+        """A ``MultiHeadAttention`` that computes what ``fast`` does.
 
-        The inverse of :meth:`FastMultiHeadAttention.from_multihead`: the fused ``qkv`` weight (and
-        bias) is cut back into the query, key and value projections; the output projection, the
-        dropout probability, device, dtype and training mode are copied.
+        The inverse of :meth:`FastMultiHeadAttention.from_multihead`: the
+        fused ``qkv`` weight (and bias) of a ``FastMultiHeadAttention`` is
+        cut back into the query, key and value projections; the output
+        projection, the dropout probability, device, dtype and training
+        mode are copied.
 
         Example:
             >>> from mha_course import FastMultiHeadAttention
-            >>> fast = FastMultiHeadAttention(3, 4, context_length=6, dropout=0.0, num_heads=2)
+            >>> fast = FastMultiHeadAttention(3, 4, 6, 0.0, num_heads=2)
             >>> mha = MultiHeadAttention.from_fast(fast)
             >>> x = torch.rand(2, 6, 3)
             >>> torch.allclose(mha(x), fast(x), atol=1e-6)
             True
         """
-        from .fast import FastMultiHeadAttention  # here, not at the top: fast.py imports this module
+        # Imported here, not at the top: fast.py imports this module.
+        from .fast import FastMultiHeadAttention
 
         if not isinstance(fast, FastMultiHeadAttention):
-            hint = " For a wrapper use MultiHeadAttention.from_wrapper(wrapper)." if isinstance(
-                fast, MultiHeadAttentionWrapper) else ""
-            raise TypeError(f"fast must be a FastMultiHeadAttention, got {type(fast).__name__}.{hint}")
+            hint = (" For a wrapper use "
+                    "MultiHeadAttention.from_wrapper(wrapper)."
+                    if isinstance(fast, MultiHeadAttentionWrapper) else "")
+            raise TypeError("fast must be a FastMultiHeadAttention, got "
+                            f"{type(fast).__name__}.{hint}")
         weight = fast.qkv.weight
         mha = cls(
-            fast.d_in, fast.d_out, fast.context_length, fast.dropout.p, fast.num_heads,
-            qkv_bias=fast.qkv.bias is not None,
+            fast.d_in, fast.d_out, fast.context_length, fast.dropout.p,
+            fast.num_heads, qkv_bias=fast.qkv.bias is not None,
         ).to(device=weight.device, dtype=weight.dtype)
-        weights, biases = unstack_qkv(fast.qkv.weight), unstack_qkv(fast.qkv.bias)
-        for linear, w, b in zip((mha.W_query, mha.W_key, mha.W_value), weights, biases, strict=True):
+        weights = unstack_qkv(fast.qkv.weight)
+        biases = unstack_qkv(fast.qkv.bias)
+        projections = (mha.W_query, mha.W_key, mha.W_value)
+        for linear, w, b in zip(projections, weights, biases, strict=True):
             linear.weight.copy_(w)
             if b is not None:
                 linear.bias.copy_(b)

@@ -461,7 +461,7 @@ def plot_head_reshape(num_heads: int = 2, head_dim: int = 2, num_tokens: int = 3
     top = stacked_height  # every grid hangs from the same top line
     width_units = 1.0 + d_in + 3 * d_out + (num_heads - 1) * head_gap + head_dim + label_room + 4 * arrow
     height_units = stacked_height + 5.4
-    fig, ax = plt.subplots(figsize=(7.3, 7.3 * height_units / width_units))
+    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, COLUMN_WIDTH * height_units / width_units))
     panels = []  # (left edge, width, code, shape, what the step copies)
 
     left = 1.0  # room for the token labels
@@ -511,7 +511,8 @@ def plot_head_reshape(num_heads: int = 2, head_dim: int = 2, num_tokens: int = 3
         if index:
             previous_left, previous_width = panels[index - 1][:2]
             gap_start = previous_left + previous_width + (label_room + 0.15 if index == 4 else 0.15)
-            _arrow(ax, (gap_start, top - num_tokens / 2), (panel_left - 0.15, top - num_tokens / 2), _NEUTRAL)
+            ax.annotate("", xy=(panel_left - 0.15, top - num_tokens / 2), xytext=(gap_start, top - num_tokens / 2),
+                        arrowprops=dict(arrowstyle="-|>", color=_NEUTRAL, lw=1.3, shrinkA=0, shrinkB=0))
     ax.set_xlim(0, width_units)
     ax.set_ylim(-2.7, label_y + 1.9)
     ax.set_aspect("equal")
@@ -561,7 +562,7 @@ def plot_bills_by_heads(costs, title_suffix: str = ""):
     if not costs or not all(costs.values()):
         raise ValueError("costs is empty; pass {regime: cost_by_heads(regime, ...)} for one or both "
                          "regimes.")
-    fig, axes = plt.subplots(1, len(costs), figsize=(7.3, 3.3), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(costs), figsize=(COLUMN_WIDTH, 3.3), sharey=True, squeeze=False)
     for ax, (regime, rows) in zip(axes[0], costs.items()):
         heads = [r["num_heads"] for r in rows]
         for key, style in _BILL_STYLES.items():
@@ -606,7 +607,7 @@ def plot_attention_share(d_model: int, num_heads: int = 12, batch: int = 8,
         macs = multiply_adds("batched", 1, length, d_model, d_model, num_heads)
         share.append((macs.scores + macs.weighted_sum) / macs.total)
     crossover = (3 * d_model + d_model) / 2
-    fig, axes = plt.subplots(1, 2, figsize=(7.3, 3.3))
+    fig, axes = plt.subplots(1, 2, figsize=(COLUMN_WIDTH, 3.3))
     axes[0].plot(lengths, share, marker="o", color="#0072B2")
     axes[0].axvline(crossover, color="#555555", linestyle=":", label=f"T* = {crossover:.0f}")
     axes[0].set_xscale("log", base=2)

@@ -26,6 +26,8 @@ CODE_COLUMN = 77
 TAUGHT = {
     "book/01_one_causal_head": ("../mha_course/causal_attention.py", "CausalAttention"),
     "book/02_stacked_heads": ("../mha_course/wrapper.py", "MultiHeadAttentionWrapper"),
+    "book/03_batched_heads": ("../mha_course/multihead.py", "MultiHeadAttention"),
+    "book/04_what_heads_cost": ("../mha_course/fast.py", "FastMultiHeadAttention"),
 }
 
 FENCE = re.compile(r"^(`{3,}|:{3,})\{literalinclude\}\s+(\S+)\s*\n(.*?)^\1\s*$", re.MULTILINE | re.DOTALL)
