@@ -105,7 +105,7 @@ def test_a_listing_shows_the_whole_class_and_fits_the_code_column(docname, path,
 def test_the_check_sees_a_listing_that_leaves_out_code(tmp_path):
     """Guards the test above: a selection that cuts a method's code is caught."""
     module = tmp_path / "m.py"
-    module.write_text('class A:\n    """Doc."""\n\n    def f(self):\n        return 1\n\n    def g(self):\n        return 2\n')
+    module.write_text('class A:\n    """Doc."""\n\n    def f(self):\n        return 1\n\n    def g(self):\n        return 2\n', encoding="utf-8")
     text, _ = LiteralIncludeReader(str(module), {"pyobject": "A", "lines": "1,4-5"},
                                    SimpleNamespace(source_encoding="utf-8")).read()
     shown = text.splitlines()
