@@ -523,6 +523,8 @@ def plot_kv_cache_growth(shapes=None, bytes_per_number: int = 2, smallest: int =
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9.5, frameon=False,
                handlelength=2.6)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
+    return fig
+
 
 # --- The reshape of the batched module: split into heads, attend per head, merge ---------------
 

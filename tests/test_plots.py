@@ -200,7 +200,6 @@ def test_visibility_marks_mean_the_same_as_the_printed_tables():
 
 import io  # noqa: E402
 
-from matplotlib.text import Text  # noqa: E402
 
 from mha_course.plots import plot_kv_cache_growth, plot_kv_sharing  # noqa: E402
 
