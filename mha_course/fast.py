@@ -6,10 +6,11 @@ for speed in two ways:
 * one fused projection ``qkv`` of width ``3 * d_out`` replaces the separate query, key and value
   projections, so the input is read once and one large matrix product replaces three;
 * the middle of attention (scores, scale, causal mask, softmax, dropout, weighted sum) is one
-  call to ``torch.nn.functional.scaled_dot_product_attention`` with ``is_causal=True``. Its
-  kernels work through the score matrix tile by tile, so the ``(batch, heads, tokens, tokens)``
-  score tensor is never stored whole, and tiles lying entirely in the masked future can be
-  skipped.
+  call to ``torch.nn.functional.scaled_dot_product_attention`` with ``is_causal=True``. PyTorch
+  picks its kernel by device, dtype and arguments. Its fused kernels work through the score
+  matrix tile by tile, so the ``(batch, heads, tokens, tokens)`` score tensor is never stored
+  whole, and some skip the tiles that lie entirely in the masked future; its fallback ("math")
+  kernel computes the scores as the textbook module does and stores them.
 
 As in nanoGPT, the explicit computation stays beside the fused one in the same ``forward``
 (``use_sdpa = False`` selects it), so the two can be compared; ``attention_weights`` always uses
@@ -57,50 +58,67 @@ class FastMultiHeadAttention(nn.Module):
         torch.Size([1, 6, 4])
     """
 
-    #: Run the fused kernel (True) or the explicit computation (False) in ``forward``.
+    #: Run the fused kernel (True) or the explicit computation (False).
     use_sdpa: bool = True
 
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads,
+                 qkv_bias=False):
         super().__init__()
         self.d_in = check_positive_int("d_in", d_in)
         self.d_out = check_positive_int(
-            "d_out", d_out, hint="As in MultiHeadAttention, d_out is the total width of all heads."
+            "d_out", d_out,
+            hint="As in MultiHeadAttention, d_out is all heads' width.",
         )
         self.num_heads = check_positive_int("num_heads", num_heads)
-        self.context_length = check_positive_int("context_length", context_length)
+        self.context_length = check_positive_int(
+            "context_length", context_length)
         self.head_dim = check_divisible(self.d_out, self.num_heads)
         qkv_bias = check_bool("qkv_bias", qkv_bias)
-        # Rows [0, d_out) compute queries, [d_out, 2*d_out) keys, [2*d_out, 3*d_out) values; within
-        # each block head h owns rows [h*head_dim, (h+1)*head_dim), as in MultiHeadAttention.
+        # Rows [0, d_out) compute queries, [d_out, 2*d_out) keys and
+        # [2*d_out, 3*d_out) values; within each block head h owns rows
+        # [h*head_dim, (h+1)*head_dim), as in MultiHeadAttention.
         self.qkv = nn.Linear(self.d_in, 3 * self.d_out, bias=qkv_bias)
         self.out_proj = nn.Linear(self.d_out, self.d_out)
         self.dropout = nn.Dropout(check_dropout(dropout))
-        # No mask buffer: is_causal=True gives the kernel the causal pattern, and the explicit path
-        # builds the (T, T) mask on the fly. context_length still bounds the accepted input, so the
-        # module is a drop-in replacement for MultiHeadAttention.
+        # No mask buffer: is_causal=True gives the kernel the causal pattern,
+        # and the explicit path builds the (T, T) mask on the fly.
+        # context_length still bounds the accepted input, so the module is a
+        # drop-in replacement for MultiHeadAttention.
 
-    def _queries_keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _queries_keys_values(self, x: torch.Tensor):
+        """Queries, keys and values, (B, h, T, d_h) each, by one product."""
         check_input(x, self.d_in, self.context_length, like=self.qkv.weight)
-        qkv = self.qkv(x)  # (B, T, 3*d_out): one matrix product for all three roles
-        queries, keys, values = unstack_qkv(qkv, dim=-1)  # each (B, T, d_out): views, no copy
-        # Each (B, h, T, d_h); split_heads only changes strides, so nothing is copied here either.
-        return tuple(split_heads(t, self.num_heads) for t in (queries, keys, values))
+        qkv = self.qkv(x)  # (B, T, 3*d_out): one product for all three roles
+        # Each (B, T, d_out): views of qkv, nothing copied.
+        queries, keys, values = unstack_qkv(qkv, dim=-1)
+        # Each (B, h, T, d_h); split_heads only changes strides, so nothing
+        # is copied here either.
+        return tuple(split_heads(t, self.num_heads)
+                     for t in (queries, keys, values))
 
-    def _explicit_weights(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    def _explicit_weights(self, queries, keys) -> torch.Tensor:
+        """The attention weights (B, h, T, T), step by step."""
         num_tokens = queries.shape[2]
-        scores = (queries * self.head_dim**-0.5) @ keys.transpose(2, 3)  # (B, h, T, T)
-        scores.masked_fill_(causal_mask(num_tokens, device=scores.device), float("-inf"))
+        queries = queries * self.head_dim**-0.5
+        scores = queries @ keys.transpose(2, 3)  # (B, h, T, T)
+        mask = causal_mask(num_tokens, device=scores.device)  # (T, T)
+        scores.masked_fill_(mask, float("-inf"))
         return torch.softmax(scores, dim=-1)  # (B, h, T, T)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Fused projection, fused attention kernel, merge and output projection: ``(B, T, d_in) -> (B, T, d_out)``."""
-        queries, keys, values = self._queries_keys_values(x)  # validates x; each (B, h, T, d_h)
+        """Fused projection, fused attention, merge, output projection.
+
+        ``(B, T, d_in) -> (B, T, d_out)``.
+        """
+        # Validates x; each of the three is (B, h, T, d_h).
+        queries, keys, values = self._queries_keys_values(x)
         if self.use_sdpa:
-            # Dropout only in training: in eval mode the kernel must not drop anything.
+            # Dropout only in training: in eval mode the kernel must drop
+            # nothing, and it does not know the module's mode by itself.
             p = self.dropout.p if self.training else 0.0
             context = F.scaled_dot_product_attention(
                 queries, keys, values, dropout_p=p, is_causal=True
-            )  # (B, h, T, d_h); scale defaults to 1/sqrt(d_h)
+            )  # (B, h, T, d_h); the scale defaults to 1/sqrt(d_h)
         else:
             weights = self._explicit_weights(queries, keys)  # (B, h, T, T)
             context = self.dropout(weights) @ values  # (B, h, T, d_h)
@@ -108,24 +126,25 @@ class FastMultiHeadAttention(nn.Module):
 
     @torch.no_grad()
     def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
-        """Every head's attention weights, shape ``(batch, num_heads, num_tokens, num_tokens)``.
+        """Every head's attention weights, shape (B, h, T, T).
 
-        Computed the explicit way (the fused kernel never stores them), without dropout, so each
-        row sums to one. Meant for plots and checks at small sizes.
+        Computed the explicit way (the fused kernel never returns them),
+        without dropout, so each row sums to one. Meant for plots and checks
+        at small sizes.
         """
         queries, keys, _ = self._queries_keys_values(x)
         return self._explicit_weights(queries, keys)
 
     @classmethod
-    def from_multihead(cls, mha: MultiHeadAttention) -> "FastMultiHeadAttention":
-        """A ``FastMultiHeadAttention`` that computes exactly what ``mha`` computes.
+    def from_multihead(cls, mha: MultiHeadAttention):
+        """A ``FastMultiHeadAttention`` that computes what ``mha`` does.
 
-        The query, key and value weights (and biases) are stacked into ``qkv``; the output
-        projection and the dropout probability are copied; device, dtype and training mode follow
-        ``mha``.
+        The query, key and value weights (and biases) are stacked into
+        ``qkv``; the output projection and the dropout probability are
+        copied; device, dtype and training mode follow ``mha``.
 
         Example:
-            >>> mha = MultiHeadAttention(3, 4, context_length=6, dropout=0.0, num_heads=2)
+            >>> mha = MultiHeadAttention(3, 4, 6, dropout=0.0, num_heads=2)
             >>> fast = FastMultiHeadAttention.from_multihead(mha)
             >>> x = torch.rand(2, 6, 3)
             >>> torch.allclose(fast(x), mha(x), atol=1e-6)
@@ -133,18 +152,22 @@ class FastMultiHeadAttention(nn.Module):
         """
         if not isinstance(mha, MultiHeadAttention):
             raise TypeError(
-                f"mha must be a MultiHeadAttention, got {type(mha).__name__}. For a "
-                "MultiHeadAttentionWrapper, convert it first: "
-                "FastMultiHeadAttention.from_multihead(MultiHeadAttention.from_wrapper(wrapper))."
+                "mha must be a MultiHeadAttention, got "
+                f"{type(mha).__name__}. "
+                "For a MultiHeadAttentionWrapper, convert it first: "
+                "FastMultiHeadAttention.from_multihead("
+                "MultiHeadAttention.from_wrapper(wrapper))."
             )
         weight = mha.W_query.weight
         fast = cls(
-            mha.d_in, mha.d_out, mha.context_length, mha.dropout.p, mha.num_heads,
-            qkv_bias=mha.W_query.bias is not None,
+            mha.d_in, mha.d_out, mha.context_length, mha.dropout.p,
+            mha.num_heads, qkv_bias=mha.W_query.bias is not None,
         ).to(device=weight.device, dtype=weight.dtype)
         with torch.no_grad():
-            fast.qkv.weight.copy_(stack_qkv(mha.W_query.weight, mha.W_key.weight, mha.W_value.weight))
+            fast.qkv.weight.copy_(stack_qkv(
+                mha.W_query.weight, mha.W_key.weight, mha.W_value.weight))
             if fast.qkv.bias is not None:
-                fast.qkv.bias.copy_(stack_qkv(mha.W_query.bias, mha.W_key.bias, mha.W_value.bias))
+                fast.qkv.bias.copy_(stack_qkv(
+                    mha.W_query.bias, mha.W_key.bias, mha.W_value.bias))
             fast.out_proj.load_state_dict(mha.out_proj.state_dict())
         return fast.train(mha.training)

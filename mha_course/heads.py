@@ -27,21 +27,24 @@ def _check_tensor(t, dims: int, shape: str) -> None:
 
 
 def split_heads(t: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """View a projection of all heads as separate heads: ``(B, T, h * d_h) -> (B, h, T, d_h)``.
+    """View one projection as heads: (B, T, h*d_h) -> (B, h, T, d_h).
 
-    Columns ``i * d_h`` to ``(i + 1) * d_h`` of the last dimension become head ``i``. No number is
-    copied: ``view`` cuts the last dimension into ``(h, d_h)`` and ``transpose`` swaps strides, so
-    the result shares memory with ``t``.
+    Columns ``i * d_h`` to ``(i + 1) * d_h`` of the last dimension become
+    head ``i``. No number is copied: ``view`` cuts the last dimension into
+    ``(h, d_h)`` and ``transpose`` swaps strides, so the result shares
+    memory with ``t``.
 
     Args:
-        t: a projection's output, shape ``(batch, num_tokens, num_heads * head_dim)``.
-        num_heads: how many heads to cut it into; must divide ``t.shape[-1]``.
+        t: a projection's output, shape ``(B, T, num_heads * head_dim)``.
+        num_heads: how many heads to cut it into; it must divide
+            ``t.shape[-1]``.
 
     Raises:
-        ValueError: for a tensor that is not 3-D, or a width that ``num_heads`` does not divide.
+        ValueError: for a tensor that is not 3-D, or a width that
+            ``num_heads`` does not divide.
 
     Example:
-        >>> t = torch.arange(8.0).view(1, 2, 4)  # one sequence, two tokens, width 4
+        >>> t = torch.arange(8.0).view(1, 2, 4)  # 2 tokens, width 4
         >>> heads = split_heads(t, num_heads=2)
         >>> heads.shape
         torch.Size([1, 2, 2, 2])
@@ -54,36 +57,41 @@ def split_heads(t: torch.Tensor, num_heads: int) -> torch.Tensor:
     batch, num_tokens, width = t.shape
     if width % num_heads != 0:
         raise ValueError(
-            f"t is {width} wide (t.shape[-1]) but num_heads={num_heads} does not divide it: every head "
-            f"gets head_dim = width // num_heads columns. Use a num_heads that divides {width}."
+            f"t is {width} wide (t.shape[-1]) but num_heads={num_heads} "
+            "does not divide it: every head gets head_dim = width // "
+            f"num_heads columns. Use a num_heads that divides {width}."
         )
-    t = t.view(batch, num_tokens, num_heads, width // num_heads)  # (B, T, h, d_h)
-    return t.transpose(1, 2)  # (B, h, T, d_h): heads become a batch dimension
+    head_dim = width // num_heads
+    t = t.view(batch, num_tokens, num_heads, head_dim)  # (B, T, h, d_h)
+    return t.transpose(1, 2)  # (B, h, T, d_h): heads become a batch axis
 
 
 def merge_heads(t: torch.Tensor) -> torch.Tensor:
-    """Glue the heads side by side again: ``(B, h, T, d_h) -> (B, T, h * d_h)``.
+    """Glue the heads side by side again: (B, h, T, d_h) -> (B, T, h*d_h).
 
-    The inverse of :func:`split_heads`: head ``i`` fills columns ``i * d_h`` to ``(i + 1) * d_h``
-    of every token, as concatenating the heads' outputs would.
+    The inverse of :func:`split_heads`: head ``i`` fills columns ``i * d_h``
+    to ``(i + 1) * d_h`` of every token, as concatenating the heads' outputs
+    would.
 
     Args:
-        t: the heads' context vectors, shape ``(batch, num_heads, num_tokens, head_dim)``.
+        t: the heads' context vectors, shape ``(B, num_heads, T, head_dim)``.
 
     Example:
         >>> t = torch.rand(2, 3, 5, 4)  # (B, h, T, d_h)
         >>> merge_heads(t).shape
         torch.Size([2, 5, 12])
-        >>> torch.equal(merge_heads(split_heads(torch.ones(2, 5, 12), 3)), torch.ones(2, 5, 12))
+        >>> x = torch.rand(2, 5, 12)
+        >>> torch.equal(merge_heads(split_heads(x, 3)), x)
         True
     """
     _check_tensor(t, 4, "(batch, num_heads, num_tokens, head_dim)")
     batch, num_heads, num_tokens, head_dim = t.shape
-    # transpose only swaps strides: in memory the numbers stay in (B, h, T, d_h) order, and view
-    # cannot glue a token's heads side by side from memory laid out that way. contiguous() copies
-    # them into (B, T, h, d_h) order; then view relabels that memory without copying again.
+    # transpose only swaps strides: in memory the numbers stay in
+    # (B, h, T, d_h) order, and view cannot glue a token's heads side by side
+    # from memory laid out that way. contiguous() copies them into
+    # (B, T, h, d_h) order; then view relabels that memory, copying nothing.
     t = t.transpose(1, 2).contiguous()  # (B, T, h, d_h)
-    return t.view(batch, num_tokens, num_heads * head_dim)  # (B, T, h * d_h)
+    return t.view(batch, num_tokens, num_heads * head_dim)  # (B, T, h*d_h)
 
 
 def stack_qkv(query: torch.Tensor | None, key: torch.Tensor | None,

@@ -50,51 +50,62 @@ class MultiHeadAttention(nn.Module):
         torch.Size([1, 6, 4])
     """
 
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads,
+                 qkv_bias=False):
         super().__init__()
         self.d_in = check_positive_int("d_in", d_in)
         self.d_out = check_positive_int(
-            "d_out", d_out, hint="In MultiHeadAttention d_out is the total width of all heads."
+            "d_out", d_out,
+            hint="In MultiHeadAttention d_out is the width of all heads.",
         )
         self.num_heads = check_positive_int("num_heads", num_heads)
-        self.context_length = check_positive_int("context_length", context_length)
+        self.context_length = check_positive_int(
+            "context_length", context_length)
         self.head_dim = check_divisible(self.d_out, self.num_heads)
         qkv_bias = check_bool("qkv_bias", qkv_bias)
-        # One projection per role for all heads: columns [h*head_dim, (h+1)*head_dim) belong to head h.
+        # One projection per role for all heads: output columns
+        # [h*head_dim, (h+1)*head_dim) belong to head h.
         self.W_query = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
         self.W_key = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
         self.W_value = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
-        # New in this class: a learned linear map that mixes the concatenated heads.
+        # New in this class: a learned linear map that mixes the heads.
         self.out_proj = nn.Linear(self.d_out, self.d_out)
         self.dropout = nn.Dropout(check_dropout(dropout))
         self.register_buffer("mask", causal_mask(self.context_length))
-        self.register_load_state_dict_pre_hook(check_loaded_mask)  # a loaded mask must be causal
+        # A mask loaded from a saved state_dict must still be causal.
+        self.register_load_state_dict_pre_hook(check_loaded_mask)
 
-    def _weights_and_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        check_input(x, self.d_in, self.context_length, like=self.W_query.weight)
+    def _weights_and_values(self, x: torch.Tensor):
+        """Attention weights (B, h, T, T) and values (B, h, T, d_h)."""
+        check_input(x, self.d_in, self.context_length,
+                    like=self.W_query.weight)
         num_tokens = x.shape[1]
-        queries = split_heads(self.W_query(x), self.num_heads)  # (B, h, T, d_h)
-        keys = split_heads(self.W_key(x), self.num_heads)  # (B, h, T, d_h)
-        values = split_heads(self.W_value(x), self.num_heads)  # (B, h, T, d_h)
-        # Scale the queries (B*T*d_out numbers) rather than the scores (B*h*T*T numbers):
-        # softmax(q k^T / sqrt(d_h)) is the same either way, and the query tensor is far smaller.
+        h = self.num_heads
+        queries = split_heads(self.W_query(x), h)  # (B, h, T, d_h)
+        keys = split_heads(self.W_key(x), h)  # (B, h, T, d_h)
+        values = split_heads(self.W_value(x), h)  # (B, h, T, d_h)
+        # Scale the queries (B*T*d_out numbers), not the scores (B*h*T*T):
+        # softmax(q k^T / sqrt(d_h)) is the same, and the queries are fewer.
         queries = queries * self.head_dim**-0.5
-        scores = queries @ keys.transpose(2, 3)  # (B, h, T, T): one score matrix per head
-        # One mask for every head and every batch row, by broadcasting; filled in place because
-        # the fresh score tensor is not needed unmasked.
-        scores.masked_fill_(self.mask[:num_tokens, :num_tokens], float("-inf"))
-        return torch.softmax(scores, dim=-1), values  # (B, h, T, T), (B, h, T, d_h)
+        scores = queries @ keys.transpose(2, 3)  # (B, h, T, T): one per head
+        # One mask for every head and every sequence, by broadcasting; filled
+        # in place, since the fresh score tensor is not needed unmasked.
+        mask = self.mask[:num_tokens, :num_tokens]  # (T, T)
+        scores.masked_fill_(mask, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)  # (B, h, T, T)
+        return weights, values
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """All heads in one batched product, merged and projected: ``(B, T, d_in) -> (B, T, d_out)``."""
+        """(B, T, d_in) -> (B, T, d_out): all heads, merged and projected."""
         weights, values = self._weights_and_values(x)  # validates x
         context = self.dropout(weights) @ values  # (B, h, T, d_h)
-        context = merge_heads(context)  # (B, T, d_out): the heads side by side, as the wrapper's cat
+        # The heads side by side, as the wrapper's torch.cat puts them:
+        context = merge_heads(context)  # (B, T, d_out)
         return self.out_proj(context)  # (B, T, d_out)
 
     @torch.no_grad()
     def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
-        """Every head's attention weights, shape ``(batch, num_heads, num_tokens, num_tokens)``.
+        """Every head's attention weights, shape (B, h, T, T).
 
         Example:
             >>> mha = MultiHeadAttention(3, 4, 6, dropout=0.0, num_heads=2)
@@ -104,15 +115,16 @@ class MultiHeadAttention(nn.Module):
         return self._weights_and_values(x)[0]
 
     @classmethod
-    def from_wrapper(cls, wrapper: MultiHeadAttentionWrapper) -> "MultiHeadAttention":
-        """A ``MultiHeadAttention`` that computes exactly what ``wrapper`` computes.
+    def from_wrapper(cls, wrapper: MultiHeadAttentionWrapper):
+        """A ``MultiHeadAttention`` that computes what ``wrapper`` does.
 
-        Its ``d_out`` is ``wrapper.num_heads * wrapper.d_out`` (the wrapper's ``d_out`` is per
-        head); it has the wrapper's dropout, bias setting, device, dtype and training mode, and
-        weights copied by :func:`transfer_weights`.
+        Its ``d_out`` is ``wrapper.num_heads * wrapper.d_out`` (the wrapper's
+        ``d_out`` is per head); it has the wrapper's dropout, bias setting,
+        device, dtype and training mode, and weights copied by
+        :func:`transfer_weights`.
 
         Example:
-            >>> wrapper = MultiHeadAttentionWrapper(3, 2, 6, dropout=0.0, num_heads=2)
+            >>> wrapper = MultiHeadAttentionWrapper(3, 2, 6, 0.0, 2)
             >>> mha = MultiHeadAttention.from_wrapper(wrapper)
             >>> x = torch.rand(2, 6, 3)
             >>> mha.d_out, torch.allclose(mha(x), wrapper(x), atol=1e-6)
@@ -120,7 +132,8 @@ class MultiHeadAttention(nn.Module):
         """
         if not isinstance(wrapper, MultiHeadAttentionWrapper):
             raise TypeError(
-                f"wrapper must be a MultiHeadAttentionWrapper, got {type(wrapper).__name__}."
+                "wrapper must be a MultiHeadAttentionWrapper, got "
+                f"{type(wrapper).__name__}."
             )
         first = wrapper.heads[0]
         mha = cls(
@@ -131,39 +144,47 @@ class MultiHeadAttention(nn.Module):
             wrapper.num_heads,
             qkv_bias=first.W_query.bias is not None,
         )
-        mha = mha.to(device=first.W_query.weight.device, dtype=first.W_query.weight.dtype)
+        weight = first.W_query.weight
+        mha = mha.to(device=weight.device, dtype=weight.dtype)
         return transfer_weights(wrapper, mha).train(wrapper.training)
 
     @classmethod
     @torch.no_grad()
-    def from_fast(cls, fast) -> "MultiHeadAttention":
-        """A ``MultiHeadAttention`` that computes exactly what the ``FastMultiHeadAttention`` computes.
+    def from_fast(cls, fast):
+        """A ``MultiHeadAttention`` that computes what ``fast`` does.
 
-        The inverse of :meth:`FastMultiHeadAttention.from_multihead`: the fused ``qkv`` weight (and
-        bias) is cut back into the query, key and value projections; the output projection, the
-        dropout probability, device, dtype and training mode are copied.
+        The inverse of :meth:`FastMultiHeadAttention.from_multihead`: the
+        fused ``qkv`` weight (and bias) of a ``FastMultiHeadAttention`` is
+        cut back into the query, key and value projections; the output
+        projection, the dropout probability, device, dtype and training
+        mode are copied.
 
         Example:
             >>> from mha_course import FastMultiHeadAttention
-            >>> fast = FastMultiHeadAttention(3, 4, context_length=6, dropout=0.0, num_heads=2)
+            >>> fast = FastMultiHeadAttention(3, 4, 6, 0.0, num_heads=2)
             >>> mha = MultiHeadAttention.from_fast(fast)
             >>> x = torch.rand(2, 6, 3)
             >>> torch.allclose(mha(x), fast(x), atol=1e-6)
             True
         """
-        from .fast import FastMultiHeadAttention  # here, not at the top: fast.py imports this module
+        # Imported here, not at the top: fast.py imports this module.
+        from .fast import FastMultiHeadAttention
 
         if not isinstance(fast, FastMultiHeadAttention):
-            hint = " For a wrapper use MultiHeadAttention.from_wrapper(wrapper)." if isinstance(
-                fast, MultiHeadAttentionWrapper) else ""
-            raise TypeError(f"fast must be a FastMultiHeadAttention, got {type(fast).__name__}.{hint}")
+            hint = (" For a wrapper use "
+                    "MultiHeadAttention.from_wrapper(wrapper)."
+                    if isinstance(fast, MultiHeadAttentionWrapper) else "")
+            raise TypeError("fast must be a FastMultiHeadAttention, got "
+                            f"{type(fast).__name__}.{hint}")
         weight = fast.qkv.weight
         mha = cls(
-            fast.d_in, fast.d_out, fast.context_length, fast.dropout.p, fast.num_heads,
-            qkv_bias=fast.qkv.bias is not None,
+            fast.d_in, fast.d_out, fast.context_length, fast.dropout.p,
+            fast.num_heads, qkv_bias=fast.qkv.bias is not None,
         ).to(device=weight.device, dtype=weight.dtype)
-        weights, biases = unstack_qkv(fast.qkv.weight), unstack_qkv(fast.qkv.bias)
-        for linear, w, b in zip((mha.W_query, mha.W_key, mha.W_value), weights, biases, strict=True):
+        weights = unstack_qkv(fast.qkv.weight)
+        biases = unstack_qkv(fast.qkv.bias)
+        projections = (mha.W_query, mha.W_key, mha.W_value)
+        for linear, w, b in zip(projections, weights, biases, strict=True):
             linear.weight.copy_(w)
             if b is not None:
                 linear.bias.copy_(b)

@@ -524,3 +524,249 @@ def plot_kv_cache_growth(shapes=None, bytes_per_number: int = 2, smallest: int =
                handlelength=2.6)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     return fig
+
+
+# --- The reshape of the batched module: split into heads, attend per head, merge ---------------
+
+#: Okabe and Ito's palette for categories that colour-blind readers tell apart (its black left out).
+#: Each head's columns take one colour; the numbers in the cells tell them apart in greyscale too.
+HEAD_PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442")
+_RESHAPE_MAX_COLUMNS = 12
+_RESHAPE_MAX_TOKENS = 6
+
+
+def _cell_grid(ax, left, top, columns, num_tokens, head_dim, fontsize):
+    """Draw ``num_tokens`` rows of cells, one per entry of ``columns``, hanging from ``top``.
+
+    An entry is the number of a projection's output column, drawn in its head's colour with the
+    number inside; ``None`` is a grey cell without a number (an input feature).
+    """
+    for row in range(num_tokens):
+        for position, column in enumerate(columns):
+            if column is None:
+                face = (0.85, 0.85, 0.85, 1.0)
+            else:
+                face = (*to_rgb(HEAD_PALETTE[column // head_dim]), 0.45)
+            ax.add_patch(plt.Rectangle((left + position, top - row - 1), 1, 1, facecolor=face,
+                                       edgecolor="white", linewidth=1.5))
+            if column is not None:
+                ax.text(left + position + 0.5, top - row - 0.5, str(column), ha="center",
+                        va="center", fontsize=fontsize)
+
+
+def plot_head_reshape(num_heads: int = 2, head_dim: int = 2, num_tokens: int = 3, d_in: int = 3):
+    """Draw how the batched module lays its tensors out: split into heads, then merge.
+
+    One sequence of the batch, left to right: the input ``x``, ``(T, d_in)``; one projection's
+    output, ``(B, T, d_out)``; ``view`` to ``(B, T, h, d_h)``; ``transpose(1, 2)`` to
+    ``(B, h, T, d_h)``, where every head is its own ``(T, d_h)`` matrix and attention runs per
+    head; and the merge back to ``(B, T, d_out)``. Each cell holds the number of the projection
+    column it came from, and each head's columns have their own colour (Okabe and Ito's palette,
+    :data:`HEAD_PALETTE`), so a column can be followed through every step. The input is grey:
+    every projection column reads all ``d_in`` features, so the heads split the projections,
+    not the input.
+
+    Args:
+        num_heads: how many heads, ``h`` (at most 7, one colour each).
+        head_dim: the width of one head, ``d_h``; ``d_out = num_heads * head_dim`` (at most 12).
+        num_tokens: tokens in the sequence drawn, ``T`` (at most 6).
+        d_in: width of the input tokens (at most 12).
+
+    Returns:
+        The matplotlib figure.
+
+    Example:
+        >>> fig = plot_head_reshape(num_heads=2, head_dim=2, num_tokens=3)
+        >>> [t.get_text() for t in fig.axes[0].texts if t.get_text().startswith("(")]
+        ['(B, T, d_in)', '(B, T, d_out)', '(B, T, h, d_h)', '(B, h, T, d_h)', '(B, T, d_out)']
+    """
+    num_heads = check_positive_int("num_heads", num_heads)
+    head_dim = check_positive_int("head_dim", head_dim)
+    num_tokens = check_positive_int("num_tokens", num_tokens)
+    d_in = check_positive_int("d_in", d_in)
+    if num_heads > len(HEAD_PALETTE):
+        raise ValueError(
+            f"num_heads must be at most {len(HEAD_PALETTE)} to give every head its own colour, got "
+            f"{num_heads}. Draw a smaller example; the layout is the same at any size."
+        )
+    d_out = num_heads * head_dim
+    if max(d_out, d_in) > _RESHAPE_MAX_COLUMNS or num_tokens > _RESHAPE_MAX_TOKENS:
+        raise ValueError(
+            f"the figure draws one cell per number, so d_out = num_heads * head_dim (here {d_out}) "
+            f"and d_in (here {d_in}) must be at most {_RESHAPE_MAX_COLUMNS}, and num_tokens (here "
+            f"{num_tokens}) at most {_RESHAPE_MAX_TOKENS}. Draw a smaller example; the layout is the "
+            "same at any size."
+        )
+    fontsize, head_gap, arrow, label_room = 9.5, 0.35, 2.2, 1.0
+    stacked_height = num_heads * num_tokens + (num_heads - 1) * head_gap
+    top = stacked_height  # every grid hangs from the same top line
+    width_units = 1.0 + d_in + 3 * d_out + (num_heads - 1) * head_gap + head_dim + label_room + 4 * arrow
+    height_units = stacked_height + 5.4
+    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, COLUMN_WIDTH * height_units / width_units))
+    panels = []  # (left edge, width, code, shape, what the step copies)
+
+    left = 1.0  # room for the token labels
+    _cell_grid(ax, left, top, [None] * d_in, num_tokens, head_dim, fontsize)
+    for row in range(num_tokens):
+        ax.text(left - 0.2, top - row - 0.5, f"t{row + 1}", ha="right", va="center", fontsize=fontsize)
+    panels.append((left, d_in, "x", "(B, T, d_in)", f"every column\nreads all {d_in}\ninput features"))
+    left += d_in + arrow
+
+    _cell_grid(ax, left, top, list(range(d_out)), num_tokens, head_dim, fontsize)
+    panels.append((left, d_out, "W_query(x)", "(B, T, d_out)", None))
+    left += d_out + arrow
+
+    view_left = left  # the same memory, read as (h, d_h) per token: drawn with gaps between heads
+    for head in range(num_heads):
+        _cell_grid(ax, left, top, list(range(head * head_dim, (head + 1) * head_dim)), num_tokens,
+                   head_dim, fontsize)
+        ax.text(left + head_dim / 2, top + 0.1, f"h{head + 1}", ha="center", va="bottom",
+                fontsize=fontsize, weight="bold")
+        left += head_dim + head_gap
+    left -= head_gap
+    panels.append((view_left, left - view_left, ".view", "(B, T, h, d_h)", "no copy"))
+    left += arrow
+
+    for head in range(num_heads):  # each head its own (T, d_h) matrix, one above the other
+        head_top = top - head * (num_tokens + head_gap)
+        _cell_grid(ax, left, head_top, list(range(head * head_dim, (head + 1) * head_dim)),
+                   num_tokens, head_dim, fontsize)
+        ax.text(left + head_dim + 0.15, head_top - num_tokens / 2, f"h{head + 1}", ha="left",
+                va="center", fontsize=fontsize, weight="bold")
+    panels.append((left, head_dim, ".transpose(1, 2)", "(B, h, T, d_h)",
+                   "no copy: strides\nswap; attention\nruns per head"))
+    left += head_dim + label_room + arrow  # room for the head labels
+
+    _cell_grid(ax, left, top, list(range(d_out)), num_tokens, head_dim, fontsize)
+    panels.append((left, d_out, "merge_heads", "(B, T, d_out)", "one copy, by\ncontiguous()"))
+
+    label_y = top + 0.9
+    for index, (panel_left, width, code, shape, note) in enumerate(panels):
+        centre = panel_left + width / 2
+        ax.text(centre, label_y + 0.9, code, ha="center", va="bottom", fontsize=fontsize,
+                family="monospace")
+        ax.text(centre, label_y, shape, ha="center", va="bottom", fontsize=fontsize)
+        bottom = top - (stacked_height if code == ".transpose(1, 2)" else num_tokens)
+        if note:
+            ax.text(centre, bottom - 0.3, note, ha="center", va="top", fontsize=fontsize, color=_NEUTRAL)
+        if index:
+            previous_left, previous_width = panels[index - 1][:2]
+            gap_start = previous_left + previous_width + (label_room + 0.15 if index == 4 else 0.15)
+            ax.annotate("", xy=(panel_left - 0.15, top - num_tokens / 2), xytext=(gap_start, top - num_tokens / 2),
+                        arrowprops=dict(arrowstyle="-|>", color=_NEUTRAL, lw=1.3, shrinkA=0, shrinkB=0))
+    ax.set_xlim(0, width_units)
+    ax.set_ylim(-2.7, label_y + 1.9)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    fig.tight_layout(pad=0.2)
+    return fig
+
+
+# --- The three bills of chapter 4: by number of heads, and by sequence length --------------------
+
+#: Line styles of the three bills: colour (Okabe and Ito), marker and dash differ, so the lines are
+#: told apart in greyscale and where they lie on top of each other.
+_BILL_STYLES = {
+    "parameters": dict(color="#0072B2", marker="o", markersize=9, markerfacecolor="none",
+                       linestyle="-", linewidth=2.2, label="parameters"),
+    "multiply_adds": dict(color="#D55E00", marker="s", markersize=4, linestyle="--", linewidth=1.4,
+                          label="multiply-adds"),
+    "score_bytes": dict(color="#009E73", marker="^", markersize=6, linestyle=":", linewidth=1.8,
+                        label="score memory"),
+}
+
+
+def plot_bills_by_heads(costs, title_suffix: str = ""):
+    """Parameters, multiply-adds and score memory against the number of heads, one panel per regime.
+
+    Each bill is drawn as a multiple of its value at the fewest heads, on log-log axes, so a line
+    that stays at 1 does not grow. Where two bills lie on top of each other (parameters and
+    multiply-adds with the model width fixed), the hollow circles of one show around the squares
+    of the other.
+
+    Args:
+        costs: regime -> the rows of :func:`mha_course.cost.cost_by_heads` for that regime.
+        title_suffix: appended to each panel's title, e.g. ``" (GPT-2-small input)"``.
+
+    Returns:
+        The matplotlib figure.
+
+    Example:
+        >>> from mha_course.cost import cost_by_heads
+        >>> rows = cost_by_heads("model_width_fixed", [1, 2, 4], batch=1, num_tokens=8, d_in=16,
+        ...                      width=16)
+        >>> fig = plot_bills_by_heads({"model_width_fixed": rows})
+        >>> fig.axes[0].get_title()
+        'model width fixed'
+    """
+    costs = dict(costs)
+    if not costs or not all(costs.values()):
+        raise ValueError("costs is empty; pass {regime: cost_by_heads(regime, ...)} for one or both "
+                         "regimes.")
+    fig, axes = plt.subplots(1, len(costs), figsize=(COLUMN_WIDTH, 3.3), sharey=True, squeeze=False)
+    for ax, (regime, rows) in zip(axes[0], costs.items()):
+        heads = [r["num_heads"] for r in rows]
+        for key, style in _BILL_STYLES.items():
+            ax.plot(heads, [r[key] / rows[0][key] for r in rows], **style)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.set_xticks(heads, [str(h) for h in heads])
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        ax.set_xlabel("number of heads h")
+        ax.set_title(REGIME_LABELS.get(regime, regime) + title_suffix, fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("× its value at one head")
+    axes[0][0].legend(fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def plot_attention_share(d_model: int, num_heads: int = 12, batch: int = 8,
+                         lengths: Sequence[int] = tuple(2**k for k in range(4, 15)),
+                         head_counts: Sequence[int] = (1, 4, 12)):
+    """Two panels over the sequence length ``T``: attention's share of the work, and score memory.
+
+    Left: the share of the batched module's forward multiply-adds taken by the two attention
+    products (``QK^T`` and weights × ``V``), for ``d_in = d_out = d_model``, with the crossover
+    ``T* = (3 d_in + d_out) / 2`` where the share is one half. Right: the bytes of the score
+    tensor of all heads, float32, for ``batch`` sequences and each head count.
+
+    Returns:
+        The matplotlib figure.
+
+    Example:
+        >>> fig = plot_attention_share(768)
+        >>> fig.axes[0].get_legend_handles_labels()[1]
+        ['T* = 1536']
+    """
+    from .cost import multiply_adds, score_memory_bytes
+
+    d_model = check_positive_int("d_model", d_model)
+    lengths = [check_positive_int("lengths", t) for t in lengths]
+    share = []
+    for length in lengths:
+        macs = multiply_adds("batched", 1, length, d_model, d_model, num_heads)
+        share.append((macs.scores + macs.weighted_sum) / macs.total)
+    crossover = (3 * d_model + d_model) / 2
+    fig, axes = plt.subplots(1, 2, figsize=(COLUMN_WIDTH, 3.3))
+    axes[0].plot(lengths, share, marker="o", color="#0072B2")
+    axes[0].axvline(crossover, color="#555555", linestyle=":", label=f"T* = {crossover:.0f}")
+    axes[0].set_xscale("log", base=2)
+    axes[0].set_xlabel("tokens T")
+    axes[0].set_ylabel("share of forward multiply-adds")
+    axes[0].set_title(f"attention products, width {d_model}", fontsize=10)
+    axes[0].legend(fontsize=9)
+    styles = (("#0072B2", "o", "-"), ("#E69F00", "s", "--"), ("#009E73", "^", ":"))
+    for (colour, marker, dash), heads in zip(styles * len(head_counts), head_counts):
+        axes[1].plot(lengths, [score_memory_bytes(batch, heads, t) / 2**20 for t in lengths],
+                     marker=marker, linestyle=dash, color=colour, label=f"{heads} head{'s' if heads > 1 else ''}")
+    axes[1].set_xscale("log", base=2)
+    axes[1].set_yscale("log")
+    axes[1].set_xlabel("tokens T")
+    axes[1].set_ylabel(f"MiB (float32, batch {batch})")
+    axes[1].set_title("score tensor of all heads", fontsize=10)
+    axes[1].legend(fontsize=9)
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig

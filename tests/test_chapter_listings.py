@@ -26,6 +26,8 @@ CODE_COLUMN = 77
 TAUGHT = {
     "book/01_one_causal_head": ("../mha_course/causal_attention.py", "CausalAttention"),
     "book/02_stacked_heads": ("../mha_course/wrapper.py", "MultiHeadAttentionWrapper"),
+    "book/03_batched_heads": ("../mha_course/multihead.py", "MultiHeadAttention"),
+    "book/04_what_heads_cost": ("../mha_course/fast.py", "FastMultiHeadAttention"),
 }
 
 FENCE = re.compile(r"^(`{3,}|:{3,})\{literalinclude\}\s+(\S+)\s*\n(.*?)^\1\s*$", re.MULTILINE | re.DOTALL)
@@ -103,7 +105,7 @@ def test_a_listing_shows_the_whole_class_and_fits_the_code_column(docname, path,
 def test_the_check_sees_a_listing_that_leaves_out_code(tmp_path):
     """Guards the test above: a selection that cuts a method's code is caught."""
     module = tmp_path / "m.py"
-    module.write_text('class A:\n    """Doc."""\n\n    def f(self):\n        return 1\n\n    def g(self):\n        return 2\n')
+    module.write_text('class A:\n    """Doc."""\n\n    def f(self):\n        return 1\n\n    def g(self):\n        return 2\n', encoding="utf-8")
     text, _ = LiteralIncludeReader(str(module), {"pyobject": "A", "lines": "1,4-5"},
                                    SimpleNamespace(source_encoding="utf-8")).read()
     shown = text.splitlines()

@@ -200,6 +200,7 @@ def test_visibility_marks_mean_the_same_as_the_printed_tables():
 
 import io  # noqa: E402
 
+
 from mha_course.plots import plot_kv_cache_growth, plot_kv_sharing  # noqa: E402
 
 COLUMN_PX = 730  # the book's text column at 1280 px
@@ -273,3 +274,104 @@ def test_chapter_6_figures_reject_bad_arguments():
         plot_kv_sharing(8, ())
     with pytest.raises(ValueError, match=r"smallest \(2048\) must be below GPT-2 small's context length \(1024\)"):
         plot_kv_cache_growth(smallest=2048)
+
+# --- The reshape of the batched module and the bills of chapter 4 --------------------------------
+
+from matplotlib.colors import to_rgb  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
+
+from mha_course.plots import (HEAD_PALETTE, plot_attention_share, plot_bills_by_heads,  # noqa: E402
+                              plot_head_reshape)
+
+
+def _cells(fig):
+    """(facecolour rgb, number in the cell or None) of every cell of the reshape figure."""
+    ax = fig.axes[0]
+    numbers = {(round(t.get_position()[0] - 0.5, 3), round(t.get_position()[1] - 0.5, 3)): t.get_text()
+               for t in ax.texts}
+    cells = []
+    for patch in ax.patches:
+        if isinstance(patch, Rectangle):
+            x, y = patch.get_xy()
+            cells.append((tuple(round(c, 3) for c in patch.get_facecolor()[:3]),
+                          numbers.get((round(x, 3), round(y, 3)))))
+    return cells
+
+
+@pytest.mark.parametrize("num_heads, head_dim, num_tokens, d_in", [(2, 2, 3, 3), (3, 2, 4, 5), (4, 1, 2, 2)])
+def test_head_reshape_follows_every_column_in_its_head_colour(num_heads, head_dim, num_tokens, d_in):
+    fig = plot_head_reshape(num_heads, head_dim, num_tokens, d_in)
+    cells = _cells(fig)
+    d_out = num_heads * head_dim
+    grey = [c for c in cells if c[1] is None]
+    assert len(grey) == num_tokens * d_in  # the input: every feature, no head of its own
+    numbered = [c for c in cells if c[1] is not None]
+    # four layouts of the same projection: (B, T, d_out), (B, T, h, d_h), (B, h, T, d_h), merged
+    assert len(numbered) == 4 * num_tokens * d_out
+    for column in range(d_out):
+        colours = {colour for colour, number in numbered if number == str(column)}
+        assert colours == {tuple(round(c, 3) for c in to_rgb(HEAD_PALETTE[column // head_dim]))}
+        assert sum(number == str(column) for _, number in numbered) == 4 * num_tokens
+    head_colours = {colour for colour, _ in numbered}
+    assert len(head_colours) == num_heads  # one colour per head, never shared
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert [t for t in texts if t.startswith("(")] == [
+        "(B, T, d_in)", "(B, T, d_out)", "(B, T, h, d_h)", "(B, h, T, d_h)", "(B, T, d_out)"]
+    assert f"every column\nreads all {d_in}\ninput features" in texts
+    assert [t for t in texts if t.startswith("h") and t[1:].isdigit()] == [
+        f"h{h}" for h in range(1, num_heads + 1)] * 2  # above the view, beside the transposed heads
+    plt.close(fig)
+
+
+def test_head_reshape_palette_is_the_colour_blind_safe_one():
+    # Okabe and Ito's colours: no red-green pair, and each head keeps its colour in every layout.
+    assert HEAD_PALETTE[:3] == ("#0072B2", "#E69F00", "#009E73")
+    fig = plot_head_reshape(2, 2, 3, 3)
+    colours = {colour for colour, number in _cells(fig) if number is not None}
+    fill = {tuple(round(c, 3) for c in to_rgb(h)) for h in HEAD_PALETTE[:2]}
+    assert colours == fill  # the palette's colours (drawn half transparent)...
+    for colour, number in _cells(fig):
+        if number is not None:  # ...the first head's cells bluish, the second's orange
+            assert (colour[2] > colour[0]) == (int(number) // 2 == 0)
+    plt.close(fig)
+
+
+def test_head_reshape_rejects_sizes_it_cannot_draw():
+    with pytest.raises(ValueError, match="num_heads must be at most 7 to give every head its own colour, got 8"):
+        plot_head_reshape(8, 1)
+    with pytest.raises(ValueError, match=r"d_out = num_heads \* head_dim \(here 16\)"):
+        plot_head_reshape(2, 8)
+    with pytest.raises(ValueError, match="num_tokens must be a positive integer, got 0"):
+        plot_head_reshape(2, 2, 0)
+
+
+def test_bills_by_heads_draws_three_bills_per_regime_relative_to_one_head():
+    from mha_course.cost import HEAD_WIDTH_FIXED, MODEL_WIDTH_FIXED, cost_by_heads
+
+    costs = {regime: cost_by_heads(regime, [1, 2, 4], batch=1, num_tokens=8, d_in=16, width=width)
+             for regime, width in ((HEAD_WIDTH_FIXED, 4), (MODEL_WIDTH_FIXED, 16))}
+    fig = plot_bills_by_heads(costs)
+    assert [ax.get_title() for ax in fig.axes] == ["head width fixed", "model width fixed"]
+    for ax in fig.axes:
+        lines = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines()}
+        assert set(lines) == {"parameters", "multiply-adds", "score memory"}
+        assert all(values[0] == 1 for values in lines.values())
+        assert lines["score memory"] == [1, 2, 4]  # score memory grows with h in both regimes
+    fixed = {line.get_label(): line for line in fig.axes[1].get_lines()}
+    assert list(fixed["parameters"].get_ydata()) == [1, 1, 1] == list(fixed["multiply-adds"].get_ydata())
+    # the two flat lines coincide: they must differ in marker and dash so both stay visible
+    assert fixed["parameters"].get_marker() != fixed["multiply-adds"].get_marker()
+    assert fixed["parameters"].get_linestyle() != fixed["multiply-adds"].get_linestyle()
+    plt.close(fig)
+    with pytest.raises(ValueError, match="costs is empty"):
+        plot_bills_by_heads({})
+
+
+def test_attention_share_crosses_one_half_at_t_star():
+    fig = plot_attention_share(64, num_heads=4, lengths=[16, 128, 512])
+    share = fig.axes[0].get_lines()[0]
+    assert list(share.get_xdata()) == [16, 128, 512]
+    assert share.get_ydata()[1] == pytest.approx(0.5)  # T* = (3 * 64 + 64) / 2 = 128
+    assert share.get_ydata()[0] < 0.5 < share.get_ydata()[2]
+    assert fig.axes[0].get_legend_handles_labels()[1] == ["T* = 128"]
+    plt.close(fig)

@@ -184,3 +184,162 @@ def summary(results: dict) -> str:
             if select(results, config["name"], mode, measured_only=False):
                 parts.append("\n" + str(results_table(results, config["name"], mode)))
     return "\n".join(parts)
+
+
+#: Implementations whose attention is a fused kernel that may skip the fully masked tiles of the
+#: score matrix: their FLOP/s count work (the formula's full square) that they may not have done.
+FUSED_KERNELS = ("fast", "raw_sdpa")
+
+
+def size_table(results: dict, config: str) -> Table:
+    """One size, both modes: every implementation's time and its ratio to the batched module's,
+    its FLOP/s, and the peak memory of a forward call.
+
+    The two ``× batched`` columns divide the time before them by the batched module's time in the
+    same mode and run. FLOP/s are ``2 * multiply-adds / median forward time``, with the
+    multiply-adds of the cost formula (the full ``T x T`` square); a note names the
+    implementations that run a fused kernel that may skip masked tiles, for which the figure
+    counts work they may not have done.
+
+    Example:
+        >>> rows = [{"config": "c", "mode": m, "implementation": n, "median_s": t, "iqr_s": 0.0,
+        ...          "flops_per_s": 2e9, "peak_bytes": 2**20, "vs_batched": t / 2.0}
+        ...         for m in MODES for n, t in (("batched", 2.0), ("fast", 1.0))]
+        >>> results = {"meta": {"threads": 1}, "configs": [], "rows": rows}
+        >>> print(size_table(results, "c"))
+        c, 1 thread
+        implementation  forward  × batched  training  × batched  GFLOP/s      peak
+        --------------  -------  ---------  --------  ---------  -------  --------
+        batched          2.00 s       1.00    2.00 s       1.00     2.00  1.00 MiB
+        fast             1.00 s       0.50    1.00 s       0.50     2.00  1.00 MiB
+        × batched: the time before it over the batched module's, same mode and run.
+        GFLOP/s: 2 x the formula's multiply-adds / the forward time; peak: the peak memory of a forward call.
+        fast: a fused kernel that may skip masked tiles; the formula counts them.
+    """
+    memory = results["meta"].get("memory_measured", True)
+    columns = ["implementation", "forward", "× batched", "training", "× batched", "GFLOP/s"]
+    if memory:
+        columns.append("peak")
+    names = list(dict.fromkeys(r["implementation"] for r in select(results, config, measured_only=False)))
+    rows, notes, fused = [], [], []
+    for name in names:
+        forward = select(results, config, "forward", name, measured_only=False)
+        training = select(results, config, "forward+backward", name, measured_only=False)
+        if forward and forward[0].get("skipped"):
+            rows.append([name, "skipped"] + [None] * (len(columns) - 2))
+            if f"skipped: {forward[0]['skipped']}" not in notes:
+                notes.append(f"skipped: {forward[0]['skipped']}")
+            continue
+        f = forward[0] if forward else {}
+        t = training[0] if training and not training[0].get("skipped") else {}
+        cells = [name, f.get("median_s"), f.get("vs_batched"), t.get("median_s"), t.get("vs_batched"),
+                 f["flops_per_s"] / 1e9 if f.get("flops_per_s") else None]
+        if memory:
+            cells.append(f.get("peak_bytes"))
+        rows.append(cells)
+        if name in FUSED_KERNELS:
+            fused.append(name)
+    if fused:
+        notes.insert(0, f"{', '.join(fused)}: a fused kernel that may skip masked tiles; "
+                     "the formula counts them.")
+    notes.insert(0, "GFLOP/s: 2 x the formula's multiply-adds / the forward time; peak: the "
+                 "peak memory of a forward call.")
+    notes.insert(0, "× batched: the time before it over the batched module's, same mode and run.")
+    described = {c["name"]: c["description"] for c in results.get("configs", [])}
+    what = f"{config} ({described[config]})" if config in described else config
+    formats = {"forward": "time", "× batched": ".2f", "training": "time", "peak": "bytes"}
+    return Table(columns, rows, title=f"{what}, {threads_text(results['meta'])}",
+                 formats={k: v for k, v in formats.items() if k in columns}, notes=notes)
+
+
+def versus_table(results: dict, numerator: str, denominator: str, configs=None,
+                 title: str | None = None) -> Table:
+    """``numerator`` over ``denominator`` per size: their work, and their time in each mode.
+
+    Columns: the size, its number of heads, the ratio of the two implementations' multiply-adds
+    (from the cost formulas: what the counts predict), then for each mode the ratio of their
+    median times and which one was faster by :func:`compare_times` (``tie`` when the difference is
+    within the run's own spread). ``title`` replaces the default one, which names the two
+    implementations and the run's threads.
+
+    Example:
+        >>> rows = [{"config": "c", "mode": m, "implementation": n, "median_s": t, "iqr_s": 0.1,
+        ...          "multiply_adds": w} for m in MODES
+        ...         for n, t, w in (("batched", 1.0, 6), ("stacked", 2.0, 5))]
+        >>> results = {"meta": {"threads": 1}, "configs": [{"name": "c", "num_heads": 2}],
+        ...            "rows": rows}
+        >>> print(versus_table(results, "batched", "stacked"))
+        batched ÷ stacked, 1 thread
+        size  heads  multiply-adds  forward  faster   training  faster
+        ----  -----  -------------  -------  -------  --------  -------
+        c         2           1.20     0.50  batched      0.50  batched
+        ratios: batched over stacked (above 1: batched does more, or takes longer).
+        faster: beyond the run's own spread; tie when within it.
+    """
+    configs = list(configs or [c["name"] for c in results["configs"]])
+    heads = {c["name"]: c["num_heads"] for c in results.get("configs", [])}
+    modes = [m for m in MODES if select(results, mode=m)]
+    label = {"forward": "forward", "forward+backward": "training"}
+    columns = ["size", "heads", "multiply-adds"]
+    for mode in modes:
+        columns += [label[mode], "faster"]
+    rows = []
+    for config in configs:
+        first = lookup(results, config, modes[0], numerator)
+        work = first["multiply_adds"] / lookup(results, config, modes[0], denominator)["multiply_adds"]
+        row = [config, heads.get(config), work]
+        for mode in modes:
+            duel = compare_times(results, config, mode, numerator, denominator)
+            row += [duel["ratio"], duel["verdict"]]
+        rows.append(row)
+    formats = {name: ".2f" for name in ("multiply-adds", *label.values())}
+    notes = [f"ratios: {numerator} over {denominator} (above 1: {numerator} does more, or takes longer).",
+             "faster: beyond the run's own spread; tie when within it."]
+    title = title or f"{numerator} ÷ {denominator}, {threads_text(results['meta'])}"
+    return Table(columns, rows, formats={k: v for k, v in formats.items() if k in columns},
+                 title=title, notes=notes, align={"faster": "left"})
+
+
+def threads_table(one: dict, two: dict, implementations=("stacked", "batched", "fast"),
+                  configs=None) -> Table:
+    """What more threads buy: each implementation's time in two runs of the same sizes with
+    different thread counts, and the speed-up (the first run's time over the second's), per size
+    and mode.
+
+    Example:
+        >>> rows = [{"config": "c", "mode": m, "implementation": "fast", "median_s": 1.0}
+        ...         for m in MODES]
+        >>> one = {"meta": {"threads": 1}, "configs": [{"name": "c"}], "rows": rows}
+        >>> two = {"meta": {"threads": 2}, "configs": [{"name": "c"}],
+        ...        "rows": [dict(r, median_s=0.5) for r in rows]}
+        >>> print(threads_table(one, two, implementations=["fast"]))
+        1 thread against 2 threads
+        size  implementation  forward, 1  forward, 2  speed-up  training, 1  training, 2  speed-up
+        ----  --------------  ----------  ----------  --------  -----------  -----------  --------
+        c     fast                1.00 s      500 ms      2.00       1.00 s       500 ms      2.00
+        forward, training: median times with 1 and with 2 threads; speed-up: the first over the second.
+    """
+    a, b = one["meta"]["threads"], two["meta"]["threads"]
+    if a == b:
+        raise ValueError(f"both runs used {threads_text(one['meta'])}; pass two runs with "
+                         "different thread counts, e.g. bench-cpu.json and bench-cpu-2threads.json.")
+    configs = list(configs or [c["name"] for c in one["configs"]])
+    modes = [m for m in MODES if select(one, mode=m) and select(two, mode=m)]
+    label = {"forward": "forward", "forward+backward": "training"}
+    columns = ["size", "implementation"]
+    for mode in modes:
+        columns += [f"{label[mode]}, {a}", f"{label[mode]}, {b}", "speed-up"]
+    rows = []
+    for config in configs:
+        for name in implementations:
+            row = [config, name]
+            for mode in modes:
+                t1 = lookup(one, config, mode, name)["median_s"]
+                t2 = lookup(two, config, mode, name)["median_s"]
+                row += [t1, t2, t1 / t2]
+            rows.append(row)
+    formats = {name: (".2f" if name == "speed-up" else "time") for name in columns[2:]}
+    note = (f"{', '.join(label[m] for m in modes)}: median times with {a} and with {b} threads; "
+            "speed-up: the first over the second.")
+    return Table(columns, rows, key_columns=2, formats=formats, notes=[note],
+                 title=f"{threads_text(one['meta'])} against {threads_text(two['meta'])}")

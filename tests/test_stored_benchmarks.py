@@ -1,0 +1,273 @@
+"""What the benchmark results stored with the book say, checked: the course's acceptance checks.
+
+Chapter 4 and the memory deep dive read ``book/data/bench-cpu*.json``; the engineering goals set
+for the implementations are checked here, over the same files, never in the book's text. Each
+test asserts what the stored run says today, so a new run (``python -m mha_course bench``, see
+``book/data/README.md``) that says the same passes and one that says otherwise fails by name.
+Goals the stored run does not meet are strict ``xfail``: they fail loudly the day a run meets
+them, so that the marker is removed then.
+
+The run with two threads (``bench-cpu-2threads.json``) is checked by the same tests when it is
+stored; until then its tests are skipped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from mha_course import bench  # noqa: E402
+from mha_course.bench.plots import plot_relative_times  # noqa: E402
+from mha_course.bench.results import size_table, threads_table, versus_table  # noqa: E402
+from mha_course.cost import score_memory_bytes  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[1] / "book" / "data"
+RUNS = {"1 thread": ("bench-cpu.json", 1), "2 threads": ("bench-cpu-2threads.json", 2)}
+SIZES = ("textbook", "small-4", "small-16", "gpt2-small")
+IMPLEMENTATIONS = ("stacked", "batched", "fused_qkv", "fast", "raw_sdpa", "torch_mha_weights", "torch_mha")
+
+
+def _load(run: str) -> dict:
+    name, _ = RUNS[run]
+    path = DATA / name
+    if not path.exists():
+        if run == "1 thread":
+            pytest.fail(f"{path} is missing: chapter 4 reads it. See book/data/README.md.")
+        pytest.skip(f"{name} is not stored yet (book/data/README.md has the command)")
+    return bench.load_results(path)
+
+
+@pytest.fixture(params=list(RUNS), scope="module")
+def run(request):
+    return request.param, _load(request.param)
+
+
+def _time(results, config, mode, name):
+    return bench.lookup(results, config, mode, name)["median_s"]
+
+
+def _peak(results, config, mode, name):
+    return bench.lookup(results, config, mode, name)["peak_bytes"]
+
+
+# --- The files are what the book says they are ------------------------------------------------------
+
+def test_stored_run_is_a_full_cpu_run_with_the_threads_its_name_says(run):
+    label, results = run
+    meta = results["meta"]
+    assert meta["device"] == "cpu" and not meta["quick"] and meta["memory_measured"]
+    assert meta["threads"] == RUNS[label][1]
+    assert meta["malloc_env"] == {}  # the allocator's defaults: the variants are other files
+    assert [c["name"] for c in results["configs"]] == list(SIZES)
+    assert list(results["implementations"]) == list(IMPLEMENTATIONS)
+    for config in SIZES:
+        for mode in bench.MODES:
+            measured = {r["implementation"] for r in bench.select(results, config, mode)}
+            expected = set(IMPLEMENTATIONS) - ({"torch_mha", "torch_mha_weights"} if config == "textbook" else set())
+            assert measured == expected, (config, mode)
+
+
+def test_every_implementation_computed_the_same_function(run):
+    _, results = run
+    worst = max(r["max_abs_diff"] for r in bench.select(results))
+    assert worst < 1e-3, f"an implementation's output differed from the textbook module's by {worst}"
+
+
+def test_two_thread_run_measures_the_same_machine_and_sizes_as_the_one_thread_run():
+    one, two = _load("1 thread"), _load("2 threads")
+    for key in ("device_name", "torch", "cpu_count"):
+        assert one["meta"][key] == two["meta"][key], key
+    assert one["configs"] == two["configs"]
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="the stored run's matmul ceiling moved by more than 10 % "
+                   "(17.7 -> 57.4 GFLOP/s): store a run made on a quiet machine, then remove this mark")
+def test_stored_one_thread_run_held_still():
+    meta = _load("1 thread")["meta"]
+    ceiling = meta["matmul_ceiling"]
+    start, end = ceiling["flops_per_s_start"], ceiling["flops_per_s_end"]
+    assert abs(end - start) <= 0.1 * max(start, end)
+    assert not meta.get("stability_warnings")
+
+
+# --- The fast path --------------------------------------------------------------------------------
+
+def test_fast_path_stays_close_to_raw_sdpa(run):
+    # The fused projection changes little next to the kernel: within 1.1x at GPT-2 small and
+    # within 1.3x at every size, in both modes.
+    _, results = run
+    for config in SIZES:
+        for mode in bench.MODES:
+            ratio = _time(results, config, mode, "fast") / _time(results, config, mode, "raw_sdpa")
+            assert ratio <= (1.1 if config == "gpt2-small" else 1.3), (config, mode, ratio)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="goal not met by the stored run: fast is 1.28x raw SDPA at "
+                   "small-4, training")
+def test_goal_fast_path_within_5_percent_of_raw_sdpa_everywhere():
+    results = _load("1 thread")
+    for config in SIZES:
+        for mode in bench.MODES:
+            assert _time(results, config, mode, "fast") <= 1.05 * _time(results, config, mode, "raw_sdpa")
+
+
+def test_fast_path_at_least_twice_as_fast_as_torch_module_returning_weights(run):
+    _, results = run
+    ratio = _time(results, "gpt2-small", "forward", "torch_mha_weights") / _time(
+        results, "gpt2-small", "forward", "fast")
+    assert ratio >= 2.0, ratio
+
+
+def test_fast_path_is_faster_than_the_textbook_module_at_every_size(run):
+    _, results = run
+    for config in SIZES:
+        for mode in bench.MODES:
+            assert _time(results, config, mode, "fast") < _time(results, config, mode, "batched"), (config, mode)
+
+
+def test_fast_path_peak_memory_matches_raw_sdpa_at_gpt2_small(run):
+    _, results = run
+    for mode in bench.MODES:
+        ratio = _peak(results, "gpt2-small", mode, "fast") / _peak(results, "gpt2-small", mode, "raw_sdpa")
+        assert ratio <= 1.2, (mode, ratio)
+
+
+def test_four_to_sixteen_heads_at_fixed_width_cost_the_fast_path_little(run):
+    # The score tensor grows 4x; a kernel that does not store it pays neither in memory nor
+    # (much) in time, where the batched module's peak grows with the score tensor.
+    _, results = run
+    for mode in bench.MODES:
+        time_ratio = _time(results, "small-16", mode, "fast") / _time(results, "small-4", mode, "fast")
+        assert time_ratio <= 1.3, (mode, time_ratio)
+    fast_peak = _peak(results, "small-16", "forward", "fast") / _peak(results, "small-4", "forward", "fast")
+    batched_peak = _peak(results, "small-16", "forward", "batched") / _peak(results, "small-4", "forward", "batched")
+    assert fast_peak <= 1.25 and batched_peak >= 2.0, (fast_peak, batched_peak)
+
+
+# --- Memory: the score tensor ----------------------------------------------------------------------
+
+def _config(results, name):
+    return next(c for c in results["configs"] if c["name"] == name)
+
+
+@pytest.mark.parametrize("config", ["small-16", "gpt2-small"])
+def test_fused_kernel_never_held_a_whole_score_tensor_on_this_cpu(run, config):
+    _, results = run
+    c = _config(results, config)
+    one_tensor = score_memory_bytes(c["batch"], c["num_heads"], c["num_tokens"])
+    for name in ("fast", "raw_sdpa"):
+        assert _peak(results, config, "forward", name) < one_tensor, name
+
+
+@pytest.mark.parametrize("config", ["small-4", "small-16", "gpt2-small"])
+def test_batched_peak_is_two_score_tensors_and_the_projections(run, config):
+    _, results = run
+    c = _config(results, config)
+    predicted = (2 * score_memory_bytes(c["batch"], c["num_heads"], c["num_tokens"])
+                 + 3 * 4 * c["batch"] * c["num_tokens"] * c["num_heads"] * c["head_dim"])
+    measured = _peak(results, config, "forward", "batched")
+    assert 0.85 <= measured / predicted <= 1.25, measured / predicted
+
+
+# --- Stacked heads against the batched module ------------------------------------------------------
+
+def test_batched_and_stacked_stay_within_a_factor_of_two(run):
+    _, results = run
+    for config in SIZES:
+        for mode in bench.MODES:
+            ratio = bench.compare_times(results, config, mode, "batched", "stacked")["ratio"]
+            assert 0.5 <= ratio <= 2.0, (config, mode, ratio)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="goal not met by the stored run: the stacked heads are faster "
+                   "beyond the spread at textbook, small-4 and gpt2-small forward and small-4 training")
+def test_goal_batched_no_slower_than_stacked_anywhere():
+    results = _load("1 thread")
+    for config in SIZES:
+        for mode in bench.MODES:
+            assert bench.compare_times(results, config, mode, "batched", "stacked")["verdict"] != "stacked"
+
+
+# --- The allocator variants of the memory deep dive -------------------------------------------------
+
+def _variant(label: str) -> dict:
+    return bench.load_results(DATA / f"bench-cpu-{label}.json")
+
+
+def test_allocator_variants_are_the_runs_the_deep_dive_describes():
+    off, reuse = _variant("mmap-off"), _variant("malloc-reuse")
+    assert off["meta"]["malloc_env"] == {"MALLOC_MMAP_MAX_": "0"}
+    assert reuse["meta"]["malloc_env"] == {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "1000000000000"}
+    for results in (off, reuse):
+        assert [c["name"] for c in results["configs"]] == ["small-16", "gpt2-small"]
+        assert {r["mode"] for r in results["rows"]} == {"forward"}
+
+
+def test_reusing_freed_memory_removes_the_batched_modules_page_faults():
+    off, reuse = _variant("mmap-off"), _variant("malloc-reuse")
+    for config in ("small-16", "gpt2-small"):
+        before = bench.lookup(off, config, "forward", "batched")["minor_faults_per_call"]
+        after = bench.lookup(reuse, config, "forward", "batched")["minor_faults_per_call"]
+        assert after < 0.1 * before, (config, before, after)
+        duel = bench.compare_times(reuse, config, "forward", "batched", "stacked")
+        assert duel["ratio"] < 1, (config, duel)
+
+
+# --- The chapter's tables and figure over the stored run -------------------------------------------
+
+def test_size_table_has_one_row_per_implementation_and_flags_fused_kernels():
+    results = _load("1 thread")
+    table = size_table(results, "gpt2-small")
+    assert table.column("implementation") == list(IMPLEMENTATIONS)
+    assert table.columns[2] == table.columns[4] == "× batched"
+    batched = dict(zip(table.column("implementation"), table.rows))["batched"]
+    assert batched[2] == batched[4] == 1.0  # the batched module against itself, both modes
+    assert any("fast, raw_sdpa: a fused kernel that may skip masked tiles" in note for note in table.notes)
+    textbook = size_table(results, "textbook")
+    assert textbook.column("forward")[-1] == "skipped"
+    assert any(note.startswith("skipped: torch.nn.MultiheadAttention needs d_in == d_out") for note in textbook.notes)
+
+
+def test_versus_table_puts_the_formula_beside_the_clock():
+    results = _load("1 thread")
+    table = versus_table(results, "batched", "stacked")
+    assert table.column("size") == list(SIZES)
+    assert table.columns == ["size", "heads", "multiply-adds", "forward", "faster", "training", "faster"]
+    work = table.column("multiply-adds")
+    assert all(1.1 < w < 1.3 for w in work)  # the output projection: about a fifth more work
+    verdicts = {row[4] for row in table.rows} | {row[6] for row in table.rows}
+    assert verdicts <= {"batched", "stacked", "tie"}
+    for row in table.rows:
+        duel = bench.compare_times(results, row[0], "forward+backward", "batched", "stacked")
+        assert row[5:] == [duel["ratio"], duel["verdict"]]
+
+
+def test_threads_table_needs_two_thread_counts():
+    results = _load("1 thread")
+    with pytest.raises(ValueError, match="both runs used 1 thread"):
+        threads_table(results, results)
+    two = dict(results, meta=dict(results["meta"], threads=2))
+    table = threads_table(results, two, implementations=("batched",))
+    assert table.columns[2:5] == ["forward, 1", "forward, 2", "speed-up"]
+    assert [row[4] for row in table.rows] == [row[7] for row in table.rows] == [1.0] * len(SIZES)
+
+
+def test_relative_times_figure_draws_both_modes_from_the_line_at_one():
+    results = _load("1 thread")
+    fig = plot_relative_times(results, ["small-4", "gpt2-small"])
+    assert [ax.get_title() for ax in fig.axes] == ["small-4", "gpt2-small"]
+    ax = fig.axes[1]
+    bars = [p for p in ax.patches]
+    assert len(bars) == 2 * len(IMPLEMENTATIONS)
+    assert all(bar.get_x() == 1.0 for bar in bars)  # every bar starts at "as fast as batched"
+    ends = sorted(round(bar.get_x() + bar.get_width(), 6) for bar in bars)
+    expected = sorted(round(_time(results, "gpt2-small", m, n) / _time(results, "gpt2-small", m, "batched"), 6)
+                      for m in bench.MODES for n in IMPLEMENTATIONS)
+    assert ends == expected
+    plt.close(fig)
