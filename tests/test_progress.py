@@ -45,7 +45,7 @@ def test_every_chapter_is_listed_with_its_exercises(first):
     one = first[0]
     assert one.notebook == "01_one_causal_head.ipynb" and not one.reused
     assert _states(one) == {"1.1": "passed", "1.2": "failed", "1.3": "not started"}
-    assert [(e.checks_passed, e.checks_total) for e in one.exercises] == [(5, 5), (2, 7), (0, 5)]
+    assert [(e.checks_passed, e.checks_total) for e in one.exercises] == [(6, 6), (3, 8), (0, 10)]
     assert "Nothing stops a token from attending to later tokens" in one.exercises[1].line
     for chapter in first[1:]:  # no notebook for them yet
         assert chapter.notebook is None and set(_states(chapter).values()) == {"not started"}
@@ -61,10 +61,10 @@ def test_an_unchanged_notebook_is_not_graded_again(folder, first, monkeypatch, c
     assert "Chapter 1: 1 of 3 passed - 01_one_causal_head.ipynb (unchanged since it was last graded)" in out
     chapter_1 = out.split("\n\n")[0].splitlines()
     assert chapter_1[1:6] == ["exercise  state        checks  title",
-                              "--------  -----------  ------  -------------------------------",
-                              "1.1       passed          5/5  build the causal mask",
-                              "1.2       failed          2/7  one causal head's forward pass",
-                              "1.3       not started     0/5  which positions a token may see"]
+                              "--------  -----------  ------  ----------------------------------------",
+                              "1.1       passed          6/6  build the causal mask",
+                              "1.2       failed          3/8  one causal head's forward pass",
+                              "1.3       not started    0/10  the shapes along one head's forward pass"]
     assert chapter_1[6].startswith("✗ 1.2: ") and len(chapter_1) == 7  # the failure, under the table
     assert f"Chapter 2: 0 of 3 passed - no notebook for it in {folder}/" in out
     total = len(EXERCISES)
