@@ -332,7 +332,8 @@ SIDEBAR_OPEN = """() => {
     opened: dialog.open, left: Math.round(rect.left), right: Math.round(rect.right),
     scrolls_down: ["auto", "scroll"].includes(style.overflowY) || dialog.scrollHeight <= dialog.clientHeight,
     sideways_px: dialog.scrollWidth - dialog.clientWidth,
-    links: [...dialog.querySelectorAll("a[href]")].filter((a) => a.getClientRects().length).map((a) => a.href),
+    links: [...dialog.querySelectorAll("a[href]")].map((a) => a.href),
+    visible_links: [...dialog.querySelectorAll("a[href]")].filter((a) => a.getClientRects().length).length,
     page_overflow: document.scrollingElement.scrollWidth - window.innerWidth,
   };
 }"""

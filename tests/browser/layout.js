@@ -2,8 +2,9 @@
 // browser. tests/browser/conftest.py evaluates this function once at desktop width and once at
 // phone width during its single visit of each page; the tests assert on what it returns.
 //
-// Every list names where each element is (its section's id) so that a failing test says what to
-// change. Widths are CSS pixels.
+// Every list names where each element is (its section's id, and ``y``: how far down the page and
+// its full-page screenshot it starts) so that a failing test says what to change. Widths are CSS
+// pixels.
 () => {
   "use strict";
   const article = document.querySelector("article.bd-article") || document.querySelector("main");
@@ -33,6 +34,8 @@
     return null;
   };
   const describe = (element) => element && `${element.tagName.toLowerCase()}.${[...element.classList].join(".")}`;
+  // How far down the page (and its full-page screenshot) an element starts.
+  const y = (element) => px(element.getBoundingClientRect().top + window.scrollY);
 
   // Display equations. Clipped: wider than its box and the box does not scroll, or cut off by an
   // ancestor. MathJax keeps each equation's TeX, which names the equation in a failure.
@@ -50,7 +53,7 @@
     const ownScroll = scrolls(container);
     const cut = cutOffBy(container, ownScroll ? container.getBoundingClientRect() : content);
     return {
-      where: where(container), tex: texOf(container), box: px(container.clientWidth), content: px(content.width),
+      where: where(container), y: y(container), tex: texOf(container), box: px(container.clientWidth), content: px(content.width),
       scrolls: wider && ownScroll, clipped: (wider && !ownScroll) || cut !== null, clipped_by: describe(cut),
     };
   });
@@ -81,7 +84,7 @@
     const longest = lines.reduce((a, b) => (b.length > a.length ? b : a), "");
     const rect = pre.getBoundingClientRect();
     return {
-      where: where(pre), kind: kindOf(pre), box: pre.clientWidth, content: pre.scrollWidth,
+      where: where(pre), y: y(pre), kind: kindOf(pre), box: pre.clientWidth, content: pre.scrollWidth,
       chars: longest.length, line: longest.trim().slice(0, 70), fits: Math.floor(inner / charWidth(pre) + 0.01),
       font_px: parseFloat(preStyle.fontSize), scrolls: scrolls(pre), left: px(rect.left), right: px(rect.right),
       cut: describe(cutOffBy(pre, rect)),
@@ -119,7 +122,7 @@
     while (box && box !== article && !scrolls(box)) box = box.parentElement;
     const boxRect = (box && box !== article ? box : img).getBoundingClientRect();
     return {
-      where: where(img), src: (img.getAttribute("src") || "").split("/").pop(), alt: img.getAttribute("alt") || "",
+      where: where(img), y: y(img), src: (img.getAttribute("src") || "").split("/").pop(), alt: img.getAttribute("alt") || "",
       drawn_by: drawnBy(img),
       shown: px(rect.width), natural: img.naturalWidth, box_left: px(boxRect.left), box_right: px(boxRect.right),
       cut: describe(cutOffBy(img, rect)),
@@ -148,7 +151,7 @@
       }
     }
     return {
-      where: where(box), label: box.getAttribute("aria-label") || "", box: box.clientWidth,
+      where: where(box), y: y(box), label: box.getAttribute("aria-label") || "", box: box.clientWidth,
       table: px(table ? table.getBoundingClientRect().width : 0), left: px(rect.left), right: px(rect.right),
       scrolls: scrolls(box), focusable: box.tabIndex === 0, misaligned, exponents, cut: describe(cutOffBy(box, rect)),
     };

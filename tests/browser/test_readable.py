@@ -1,16 +1,17 @@
 """The book is readable on every screen and by every reader: measured in chromium.
 
 At desktop width (1280 px) and at a phone's (390 px), on every page of ``_toc.yml``: the page never
-scrolls sideways; no display equation is cut off; code and output blocks hold 80 characters and
-no block is wider than its box (desktop); tables are HTML tables with numbers right-aligned in
-human units, each scrolling inside its own box; figures are shown at a size whose text can be
-read, with alt text that says what they show; punctuation stays with its inline math; the left
-sidebar opens on a phone; axe-core finds no serious or critical accessibility problem; and the
-screenshots start at the page's left edge.
+scrolls sideways; no display equation is cut off (on a desktop, every one fits the column); code
+and output blocks hold 80 characters and no block is wider than its box (desktop); tables are
+HTML tables with numbers right-aligned in human units, each scrolling inside its own box; figures
+are shown at a size whose text can be read, with alt text that says what they show; punctuation
+stays with its inline math; the left sidebar opens on a phone; axe-core finds no serious or
+critical accessibility problem; and the screenshots start at the page's left edge.
 
 Everything is measured once per page and width, during the page's single visit
 (``conftest.visit`` and ``layout.js``). A failure lists every offender with the page, the
-section (``#id``) and the widths involved, which says what to change.
+section (``#id``), the widths involved and, for equations and figures, how far down the page's
+screenshot it is (``y``), which says what to change.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ CONTENT_TO_FIX: dict[str, dict[str, str]] = {
         "book/03_batched_heads": "28 code and output blocks with lines of 83 to 200 characters",
         "book/04_what_heads_cost": "23 code, output and command blocks with lines of 84 to 259 characters",
         "book/05_why_several_heads": "4 code blocks with lines of 82 to 86 characters",
+    },
+    "equations fit": {
+        "book/01_one_causal_head": "the chapter's key equation, 773 px in the 688 px column",
     },
     "text tables": {
         "book/01_one_causal_head": "9 matrices printed with print(matrix_table(...))",
@@ -106,10 +110,19 @@ def test_page_never_scrolls_sideways(visit, docname, width):
 def test_no_display_equation_is_clipped(visit, docname, width):
     """An equation wider than its box scrolls inside it; none is cut off by a box that hides it."""
     _fail_if([
-        f"{eq['where']}: {eq['tex']!r}: {eq['content']} px of equation in a {eq['box']} px box"
+        f"{eq['where']} (y {eq['y']}): {eq['tex']!r}: {eq['content']} px of equation in a {eq['box']} px box"
         + (f", cut off by {eq['clipped_by']}" if eq["clipped_by"] else ", which does not scroll")
         for eq in visit(docname).layout[width]["equations"] if eq["clipped"]
     ], f"{docname}.html at {width} width: display equations cut off (break them with aligned, or shorten):")
+
+
+@pytest.mark.parametrize("docname", _pages("equations fit"))
+def test_display_equations_fit_the_column_on_a_desktop(visit, docname):
+    """On a phone a long equation may scroll in its box; on a desktop every one fits the column."""
+    _fail_if([
+        f"{eq['where']} (y {eq['y']}): {eq['tex']!r}: {eq['content']} px of equation in a {eq['box']} px box"
+        for eq in visit(docname).layout["desktop"]["equations"] if eq["content"] > eq["box"] + 1
+    ], f"{docname}.html at desktop width: display equations wider than the column (break them with aligned):")
 
 
 @pytest.mark.parametrize("docname, width", _pages_and_widths("punctuation"))
@@ -217,7 +230,8 @@ def test_table_numbers_right_aligned_in_human_units(visit, docname):
 
 def test_the_column_is_as_wide_as_figures_assume(visit):
     """mha_course.plots sizes figures and their text for a column BOOK_COLUMN_PX wide: measure it."""
-    columns = {name: visit(name).layout["desktop"]["column"] for name in DOCNAMES}
+    columns = {name: visit(name).layout["desktop"]["column"] for name in DOCNAMES if visit(name).layout["desktop"]["figures"]}
+    assert columns, "no page of the book shows a figure"
     wrong = [f"{name}: {width} px" for name, width in columns.items() if abs(width - BOOK_COLUMN_PX) > 1]
     _fail_if(wrong, f"the book's column is not mha_course.plots.BOOK_COLUMN_PX = {BOOK_COLUMN_PX} px wide at "
                     "desktop width; update the constant (figures' text sizes are computed from it):")
@@ -227,7 +241,7 @@ def test_the_column_is_as_wide_as_figures_assume(visit):
 def test_figures_take_most_of_the_column_on_a_desktop(visit, docname):
     layout = visit(docname).layout["desktop"]
     _fail_if([
-        f"{figure['where']}: {figure['drawn_by'] or figure['src']!r} shown {figure['shown']} px wide "
+        f"{figure['where']} (y {figure['y']}): {figure['drawn_by'] or figure['src']!r} shown {figure['shown']} px wide "
         f"({figure['shown'] / layout['column']:.0%} of the {layout['column']} px column)"
         for figure in layout["figures"] if figure["shown"] < 0.6 * layout["column"]
     ], f"{docname}.html at desktop width: figures shown narrower than 60 % of the column "
@@ -259,7 +273,7 @@ FILE_NAME = re.compile(r"(^|/)[^ ]+\.(png|jpe?g|gif|svg|webp)$", re.IGNORECASE)
 def test_figures_have_alt_text_that_says_what_they_show(visit, docname):
     """A screen reader reads a figure's alt text: a sentence about the figure, not its file's path."""
     _fail_if([
-        f"{figure['where']}: {figure['drawn_by'] or figure['src']!r} has alt text {figure['alt']!r}"
+        f"{figure['where']} (y {figure['y']}): {figure['drawn_by'] or figure['src']!r} has alt text {figure['alt']!r}"
         for figure in visit(docname).layout["desktop"]["figures"]
         if FILE_NAME.search(figure["alt"].strip()) or len(figure["alt"].split()) < 3
     ], f"{docname}.html: figures without alt text that describes them (give the cell "
@@ -286,6 +300,8 @@ def test_the_sidebar_opens_and_fits_on_a_phone(visit, docname):
     missing = [name for name in DOCNAMES if not any(link.split("#")[0].endswith(f"/{name}.html") for link in sidebar["links"])]
     if missing:
         problems.append(f"it does not link to {missing}")
+    if not sidebar["visible_links"]:
+        problems.append("it shows no link")
     if not sidebar["closed_with_escape"]:
         problems.append("Escape does not close it")
     _fail_if(problems, f"{docname}.html at {PHONE['width']} px, the left sidebar:")
