@@ -134,3 +134,68 @@ WAIT_UNTIL_RENDERED = """async () => {
     new Promise((resolve) => { img.addEventListener("load", resolve); img.addEventListener("error", resolve); })));
   await document.fonts.ready;
 }"""
+
+
+# --------------------------------------------------------------------------------------------
+# Screenshots
+# --------------------------------------------------------------------------------------------
+
+def where_screenshot_shows_title(png: bytes, heading: dict, search_px: int = 150) -> int | None:
+    """Where a screenshot shows the page's title: its leftmost dark pixel, in the title's rows.
+
+    ``heading`` is where the page lays the title out (``left``, ``top``, ``bottom``, in pixels
+    from the page's top left corner). The search runs from 40 px left of it to ``search_px`` right.
+
+    A screenshot shifted sideways shows the title elsewhere: a dark pixel at the window's left
+    edge (shifted left) or further right, or none at all.
+    """
+    top, bottom = heading["top"] + 2, heading["bottom"] - 2
+    image = top_rows(png, bottom + 1).convert("L")
+    # From a little left of the title (the sidebar's own text may share its rows further left).
+    left, right = max(heading["left"] - 40, 0), min(heading["left"] + search_px, image.width)
+    band = image.crop((left, top, right, bottom))
+    columns = band.width
+    pixels = band.load()
+    for x in range(columns):
+        if any(pixels[x, y] < 110 for y in range(band.height)):
+            return left + x
+    return None
+
+
+def top_rows(png: bytes, rows: int):
+    """The first ``rows`` rows of a PNG as a PIL image, without decoding the rest.
+
+    A full-page screenshot is tens of megapixels; the title is near the top. PNG rows are stored
+    one after another in one zlib stream, each filtered against the row above only, so the first
+    rows decompress on their own and re-encode as a small PNG of their own.
+    """
+    import io
+    import struct
+    import zlib
+
+    from PIL import Image
+
+    assert png[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    position, header, compressed = 8, b"", []
+    while position < len(png):
+        length, kind = struct.unpack(">I4s", png[position:position + 8])
+        body = png[position + 8:position + 8 + length]
+        if kind == b"IHDR":
+            header = body
+        elif kind == b"IDAT":
+            compressed.append(body)
+        elif kind == b"IEND":
+            break
+        position += 12 + length
+    width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", header)
+    channels = {0: 1, 2: 3, 4: 2, 6: 4}[colour]
+    assert depth == 8 and interlace == 0, "expected an 8-bit, non-interlaced PNG"
+    rows = min(rows, height)
+    raw = zlib.decompressobj().decompress(b"".join(compressed), rows * (1 + width * channels))
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    small = (png[:8] + chunk(b"IHDR", struct.pack(">IIBBBBB", width, rows, 8, colour, 0, 0, 0))
+             + chunk(b"IDAT", zlib.compress(raw, 1)) + chunk(b"IEND", b""))
+    return Image.open(io.BytesIO(small))

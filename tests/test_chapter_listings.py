@@ -19,8 +19,8 @@ from sphinx.directives.code import LiteralIncludeReader
 
 from book_pages import DOCNAMES, source_of
 
-#: Characters a code line may hold: the book's code column at a 1280 px window holds 77.
-CODE_COLUMN = 77
+#: Characters a code line may hold: the book's code boxes hold 80 at a 1280 px window (book.css).
+CODE_COLUMN = 80
 
 #: The class each chapter teaches and must show in full.
 TAUGHT = {
@@ -58,7 +58,11 @@ def _listings(docname: str) -> list[tuple[str, dict[str, str]]]:
 def _read(docname: str, path: str, options: dict[str, str]) -> str:
     """The text Sphinx shows for the listing (the same reader the directive uses)."""
     filename = source_of(docname).parent / path
-    text, _ = LiteralIncludeReader(str(filename), dict(options), SimpleNamespace(source_encoding="utf-8")).read()
+    # Options as the directive converts them: ``:dedent:`` and ``:lineno-start:`` are numbers, and a
+    # bare ``:dedent:`` removes the common indentation (None).
+    options = {key: (int(value) if value else None) if key in ("dedent", "lineno-start") else value
+               for key, value in options.items()}
+    text, _ = LiteralIncludeReader(str(filename), options, SimpleNamespace(source_encoding="utf-8")).read()
     return text
 
 

@@ -5,8 +5,11 @@ The tests drive the system chromium through Python playwright (never ``playwrigh
 request that is not ``file://`` is blocked and recorded, so a page that needs the network fails.
 
 Each page of the table of contents is opened once (:func:`visit`); the tests then assert on what
-that visit recorded. The visit also saves a full-page screenshot at desktop and at phone width
-into ``_build/screenshots``, reported at the end of the test run.
+that visit recorded. The visit opens every solution, then, at desktop width (1280 px), measures
+what a reader sees (``layout.js``: equations, code and output blocks, figures, tables), runs
+axe-core's accessibility rules and saves a full-page screenshot; it then narrows the same page to
+a phone's width (390 px), measures and screenshots it again and opens the left sidebar from its
+button. The screenshots, in ``_build/screenshots``, are reported at the end of the test run.
 
 Skips, with the reason printed at the end of the run: chromium is not installed (``make test``
 installs it when run as root), or the book has not been built since its sources last changed
@@ -38,6 +41,7 @@ from book_pages import (
     open_page,
     page_file,
     source_of,
+    where_screenshot_shows_title,
 )
 
 REQUIRE_BOOK = os.environ.get("MHA_COURSE_REQUIRE_BOOK") == "1"
@@ -160,6 +164,16 @@ class Solution:
 
 
 @dataclass
+class Violation:
+    """One accessibility rule that axe-core found broken on a page, and where."""
+
+    rule: str
+    impact: str  # "critical", "serious", "moderate" or "minor"
+    help: str
+    targets: list[str]  # CSS selectors of the elements that break it
+
+
+@dataclass
 class Visit:
     """What opening one page of the book showed."""
 
@@ -172,8 +186,19 @@ class Visit:
     images: list[tuple[str, int]]  # (src, naturalWidth)
     exercises: int
     solutions: list[Solution]
-    phone_overflow_px: int  # how far the page scrolls sideways on a phone (0 = not at all)
+    # What tests/browser/layout.js measured, by width ("desktop", "phone"), with the solutions open.
+    layout: dict[str, dict]
+    accessibility: list[Violation]  # axe-core's findings at desktop width, solutions open
+    contrast_checked_everywhere: bool  # axe's slow rules (colour contrast, target size) ran too (see _axe)
+    phone_sidebar: dict  # the left sidebar opened from its button on a phone (see _open_phone_sidebar)
+    # Where each screenshot shows the page's title, against where the page has it (px from the left).
+    screenshot_margins: dict[str, tuple[int | None, int]]
     screenshots: tuple[Path, Path]
+
+    @property
+    def phone_overflow_px(self) -> int:
+        """How far the page scrolls sideways on a phone (0 = not at all)."""
+        return self.layout["phone"]["overflow"]
 
 
 COLLECT = """() => {
@@ -205,7 +230,7 @@ def _open_solutions(page) -> list[Solution]:
         shown = body.is_visible() and button.count() > 0 and button.get_attribute("aria-expanded") == "true"
         solutions.append(Solution(label, is_dropdown, hidden_at_first, shown))
     # Back to the top, where a screenshot expects the page's sticky header.
-    page.evaluate("() => window.scrollTo(0, 0)")
+    page.evaluate("() => window.scrollTo({left: 0, top: 0, behavior: 'instant'})")
     return solutions
 
 
@@ -214,8 +239,11 @@ def _open_solutions(page) -> list[Solution]:
 SETTLE_AFTER_RESIZE = """async () => {
   await new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve)));
   await Promise.all(document.getAnimations().map((animation) => animation.finished.catch(() => null)));
-  window.scrollTo(0, 0);
+  window.scrollTo({left: 0, top: 0, behavior: "instant"});
 }"""
+
+# What a reader sees at the current width (see the file for what each entry means).
+LAYOUT = (Path(__file__).parent / "layout.js").read_text(encoding="utf-8")
 
 
 def _screenshot_path(kind: str, docname: str) -> Path:
@@ -230,27 +258,129 @@ def _new_page(context, recorder: Recorder, viewport: dict):
     return page
 
 
-def _visit(browser, docname: str) -> Visit:
+# --------------------------------------------------------------------------------------------
+# Screenshots, and where they show the page's title
+# --------------------------------------------------------------------------------------------
+
+def _screenshot(page, path: Path, heading: dict | None) -> tuple[int | None, int]:
+    """Save a full-page screenshot from the page's top left corner, with every transition ended.
+
+    Returns ``(found, expected)``: the left edge of the page's title as the screenshot shows it
+    (``None`` if it shows no title where the page has it) and as the page lays it out, in pixels.
+    """
+    page.evaluate(SETTLE_AFTER_RESIZE)
+    # animations="disabled" ends every transition before the capture: the theme's sidebar slides
+    # in with one, and a capture in mid-slide shifted the whole page sideways.
+    data = page.screenshot(path=path, full_page=True, animations="disabled")
+    _screenshots_taken.append(path)
+    if heading is None:
+        return None, 0
+    return where_screenshot_shows_title(data, heading), heading["left"]
+
+
+# --------------------------------------------------------------------------------------------
+# Accessibility: axe-core, bundled by axe-playwright-python, in the page
+# --------------------------------------------------------------------------------------------
+
+# Every rule of axe-core's default set (WCAG 2.x A and AA, and best practices) on every page, but
+# two: colour contrast and target size measure every element with text or every control, which
+# costs seconds a page (a chapter's code alone has thousands of highlighted tokens). What they
+# judge is the theme's colours and controls, the same on every page, so they run on one page: the
+# first with code, printed output and a table of the package (_contrast_page). No preloading:
+# axe would fetch every stylesheet again with XMLHttpRequest, which browsers refuse on file://
+# pages (only css-orientation-lock needs it, and the book's styles never lock the orientation).
+SLOW_RULES = ["color-contrast", "target-size"]
+AXE_RUN = """async ({slowRulesToo, slowRules}) => {
+  const options = {resultTypes: ["violations"], preload: false};
+  const off = Object.fromEntries(slowRules.map((rule) => [rule, {enabled: false}]));
+  const found = [...(await axe.run(document, {...options, rules: off})).violations];
+  if (slowRulesToo) {
+    found.push(...(await axe.run(document, {...options, runOnly: {type: "rule", values: slowRules}})).violations);
+  }
+  return found.map((v) => ({
+    rule: v.id, impact: v.impact, help: v.help, targets: v.nodes.map((n) => n.target.join(" ")),
+  }));
+}"""
+
+
+def _axe(page, contrast_everywhere: bool) -> list[Violation]:
+    from axe_playwright_python.base import AXE_SCRIPT
+
+    page.evaluate(AXE_SCRIPT)
+    arguments = {"slowRulesToo": contrast_everywhere, "slowRules": SLOW_RULES}
+    return [Violation(**found) for found in page.evaluate(AXE_RUN, arguments)]
+
+
+def _contrast_page() -> str:
+    """The page axe checks for colour contrast and target size: the first with code, outputs and a table."""
+    for name in DOCNAMES:
+        html = page_file(name).read_text(encoding="utf-8") if page_file(name).exists() else ""
+        if all(marker in html for marker in ('class="cell_input', 'class="cell_output', 'class="mha-table"')):
+            return name
+    return next((name for name in DOCNAMES if page_file(name).exists()), DOCNAMES[0])
+
+
+# --------------------------------------------------------------------------------------------
+# The left sidebar on a phone
+# --------------------------------------------------------------------------------------------
+
+SIDEBAR_OPEN = """() => {
+  const dialog = document.querySelector("#pst-primary-sidebar-modal");
+  const rect = dialog.getBoundingClientRect();
+  const style = getComputedStyle(dialog);
+  return {
+    opened: dialog.open, left: Math.round(rect.left), right: Math.round(rect.right),
+    scrolls_down: ["auto", "scroll"].includes(style.overflowY) || dialog.scrollHeight <= dialog.clientHeight,
+    sideways_px: dialog.scrollWidth - dialog.clientWidth,
+    links: [...dialog.querySelectorAll("a[href]")].map((a) => a.href),
+    visible_links: [...dialog.querySelectorAll("a[href]")].filter((a) => a.getClientRects().length).length,
+    page_overflow: document.scrollingElement.scrollWidth - window.innerWidth,
+  };
+}"""
+
+
+def _open_phone_sidebar(page) -> dict:
+    """Open the left sidebar with its button on a phone, measure it, and close it with Escape."""
+    button = page.locator("button.primary-toggle:visible").first
+    if not button.count():
+        return {"opened": False, "problem": "no visible button opens the sidebar"}
+    button.click()
+    page.wait_for_function("() => document.querySelector('#pst-primary-sidebar-modal')?.open")
+    page.evaluate(SETTLE_AFTER_RESIZE)
+    found = page.evaluate(SIDEBAR_OPEN)
+    page.keyboard.press("Escape")
+    found["closed_with_escape"] = page.evaluate(
+        "() => !document.querySelector('#pst-primary-sidebar-modal').open")
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# One visit per page
+# --------------------------------------------------------------------------------------------
+
+def _visit(browser, docname: str, contrast_everywhere: bool) -> Visit:
     context = browser.new_context(viewport=DESKTOP)
     recorder = Recorder()
     context.route(LEAVES_THE_MACHINE, recorder.guard)
+    desktop, phone = _screenshot_path("desktop", docname), _screenshot_path("phone", docname)
+    desktop.parent.mkdir(parents=True, exist_ok=True)
+    phone.parent.mkdir(parents=True, exist_ok=True)
     try:
         page = _new_page(context, recorder, DESKTOP)
         open_page(page, page_file(docname).as_uri())
         facts = page.evaluate(COLLECT)
-        # Solutions open before the screenshots, so the screenshots show what is inside them too.
+        # Solutions open before anything is measured, so their code is measured and shown too.
         solutions = _open_solutions(page)
-        desktop, phone = _screenshot_path("desktop", docname), _screenshot_path("phone", docname)
-        desktop.parent.mkdir(parents=True, exist_ok=True)
-        phone.parent.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=desktop, full_page=True)
+        layout = {"desktop": page.evaluate(LAYOUT)}
+        accessibility = _axe(page, contrast_everywhere)
+        margins = {"desktop": _screenshot(page, desktop, layout["desktop"]["heading"])}
         # The same page narrowed to a phone's width (the same pixels as loading it on a phone,
         # once the theme's sidebars have finished their transitions, and a second faster).
         page.set_viewport_size(PHONE)
         page.evaluate(SETTLE_AFTER_RESIZE)
-        overflow = page.evaluate("() => document.scrollingElement.scrollWidth - window.innerWidth")
-        page.screenshot(path=phone, full_page=True)
-        _screenshots_taken.extend([desktop, phone])
+        layout["phone"] = page.evaluate(LAYOUT)
+        margins["phone"] = _screenshot(page, phone, layout["phone"]["heading"])
+        sidebar = _open_phone_sidebar(page)
     finally:
         context.close()
     return Visit(
@@ -263,7 +393,11 @@ def _visit(browser, docname: str) -> Visit:
         images=[tuple(image) for image in facts["images"]],
         exercises=facts["exercises"],
         solutions=solutions,
-        phone_overflow_px=overflow,
+        layout=layout,
+        accessibility=accessibility,
+        contrast_checked_everywhere=contrast_everywhere,
+        phone_sidebar=sidebar,
+        screenshot_margins=margins,
         screenshots=(desktop, phone),
     )
 
@@ -274,10 +408,11 @@ def visit(browser):
     if SCREENSHOTS.exists():
         shutil.rmtree(SCREENSHOTS)  # no screenshot of a page that no longer exists
     visits: dict[str, Visit] = {}
+    contrast_page = _contrast_page()
 
     def get(docname: str) -> Visit:
         if docname not in visits:
-            visits[docname] = _visit(browser, docname)
+            visits[docname] = _visit(browser, docname, contrast_everywhere=docname == contrast_page)
         return visits[docname]
 
     return get
