@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import os
+import types
 
 import matplotlib
 
@@ -255,6 +257,38 @@ def test_a_run_that_shares_its_cores_with_other_work_is_a_warning(load, threads,
     assert bool(warnings) is busy
     if busy:
         assert warnings[0].startswith(f"the machine was busy: other work kept {load:.2f} of its {cpus} cores busy")
+
+
+@pytest.mark.parametrize("before,after,threads,expected", [
+    (0.02, 0.05, 1, []),  # a quiet machine
+    (0.05, 0.20, 1, []),  # a change of 0.15 cores: within 10 % of 2 cores
+    (0.02, 0.60, 1, ["moved from 0.02 to 0.60 of 2"]),  # another program started during the run
+    (0.90, 0.95, 2, ["the machine was busy: other work kept 0.90 of its 2 cores busy"]),
+])
+def test_other_work_measured_directly_is_judged_against_the_cores(before, after, threads, expected):
+    # The 1-minute load averages say the opposite of the direct measure: where both exist, the direct one counts.
+    start = MachineState({"flops_per_s": 20e9}, [3.0, 3.0, 3.0], before)
+    end = MachineState({"flops_per_s": 20e9}, [0.1, 0.1, 0.1], after)
+    warnings = bench.stability_warnings(start, end, threads=threads, seconds=120, cpus=2)
+    assert len(warnings) == len(expected)
+    for warning, fragment in zip(warnings, expected):
+        assert fragment in warning
+
+
+def test_other_work_is_measured_while_the_run_sleeps(monkeypatch):
+    from mha_course.bench import machine
+
+    busy = iter([100.0, 100.9])  # the machine's busy CPU seconds before and after the window
+    own = iter([5.0, 5.1])  # of which this process's own
+    monkeypatch.setattr(machine, "_busy_cpu_seconds", lambda: next(busy))
+    monkeypatch.setattr(machine, "_own_cpu_seconds", lambda: next(own))
+    clock = itertools.count()  # one second passes between two readings
+    monkeypatch.setattr(machine, "time", types.SimpleNamespace(sleep=lambda seconds: None,
+                                                                monotonic=lambda: float(next(clock))))
+    assert machine.other_work_cores() == 0.8  # 0.9 busy seconds in 1 s, 0.1 of them this process's own
+    monkeypatch.setattr(machine, "_busy_cpu_seconds", lambda: None)
+    monkeypatch.setattr(machine, "_own_cpu_seconds", lambda: 5.0)
+    assert machine.other_work_cores() is None  # no /proc/stat: the load average is judged instead
 
 
 def test_the_command_stores_the_observations_and_warns_when_the_machine_moved(tmp_path, capsys, monkeypatch):

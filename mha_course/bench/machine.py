@@ -1,9 +1,14 @@
 """The machine a run measures: its matmul ceiling, its load, and whether they held still.
 
 A benchmark is only as good as the machine's quiet. On a shared machine, timings under load
-moved ratios by up to 30 % and the matmul ceiling by 3x. So a run measures the ceiling and reads
-the load average at its start and at its end, stores both, and :func:`stability_warnings` says
-the run is not trustworthy when either moved by more than :data:`TOLERANCE`.
+moved ratios by up to 30 % and the matmul ceiling by 3x. So a run measures the ceiling and the
+machine's load at its start and at its end, stores both, and :func:`stability_warnings` says the
+run is not trustworthy when either moved by more than :data:`TOLERANCE`.
+
+The load is measured directly where Linux's ``/proc/stat`` exists: the cores that other programs
+keep busy during one second in which the run itself sleeps (:func:`other_work_cores`). The
+1-minute load average, which lags by about a minute and so still holds a previous run's threads
+when the next run starts, is recorded too, and judged only where the direct measure is missing.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import math
 import os
 import platform
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +32,9 @@ TOLERANCE = 0.10
 
 #: Time constant of the kernel's 1-minute load average, in seconds.
 LOAD_AVERAGE_S = 60.0
+
+#: Seconds over which :func:`other_work_cores` watches the machine while the run sleeps.
+OTHER_WORK_WINDOW_S = 1.0
 
 
 def matmul_ceiling(device, n: int | None = None, min_run_time: float = 0.3) -> dict:
@@ -44,6 +53,8 @@ def matmul_ceiling(device, n: int | None = None, min_run_time: float = 0.3) -> d
     n = n or (8192 if device.type == "cuda" else 1024)
     a = torch.randn(n, n, device=device)
     b = torch.randn(n, n, device=device)
+    for _ in range(3):  # warm up: the first products start the thread pool and fault in the memory
+        torch.mm(a, b)
     timing = measure(torch.mm, a, b, min_run_time=min_run_time)
     return {"n": n, "median_s": timing.median, "flops_per_s": 2 * n**3 / timing.median}
 
@@ -56,18 +67,59 @@ def load_average() -> list[float] | None:
         return None
 
 
+def _busy_cpu_seconds() -> float | None:
+    """CPU seconds every core of the machine has spent busy since boot, from ``/proc/stat`` (Linux)."""
+    try:
+        with open("/proc/stat", encoding="utf-8") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    # user nice system idle iowait irq softirq steal ...: all but idle and iowait are busy.
+    ticks = [int(v) for v in fields[1:9]]
+    busy = sum(ticks) - ticks[3] - ticks[4]
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def other_work_cores(window: float = OTHER_WORK_WINDOW_S) -> float | None:
+    """How many cores other programs keep busy now: watched over ``window`` seconds while this process
+    sleeps, its own CPU time taken out. ``None`` where the platform has no ``/proc/stat``.
+
+    Example:
+        >>> cores = other_work_cores(0.05)
+        >>> cores is None or cores >= 0
+        True
+    """
+    before, own_before, started = _busy_cpu_seconds(), _own_cpu_seconds(), time.monotonic()
+    if before is None:
+        return None
+    time.sleep(window)
+    after, own_after, elapsed = _busy_cpu_seconds(), _own_cpu_seconds(), time.monotonic() - started
+    if after is None or elapsed <= 0:
+        return None
+    return round(max(0.0, (after - before) - (own_after - own_before)) / elapsed, 2)
+
+
 @dataclass(frozen=True)
 class MachineState:
     """The ceiling and the load at one moment of a run."""
 
     ceiling: dict  # matmul_ceiling(...)
     load: list[float] | None  # load_average()
+    others: float | None = None  # other_work_cores(): cores other programs kept busy, measured directly
 
 
 def observe(device, ceiling_size: int | None, min_run_time: float) -> MachineState:
-    """Measure the ceiling and read the load now."""
+    """Measure the ceiling and the load now (the load first, while the machine is not busy with the ceiling)."""
+    others, load = other_work_cores(), load_average()
     return MachineState(ceiling=matmul_ceiling(device, ceiling_size, min_run_time=min_run_time),
-                        load=load_average())
+                        load=load, others=others)
 
 
 def stability(start: MachineState, end: MachineState, *, threads: int, seconds: float) -> dict:
@@ -80,6 +132,7 @@ def stability(start: MachineState, end: MachineState, *, threads: int, seconds: 
     return {
         "matmul_ceiling": ceiling,
         "load": {"start": start.load, "end": end.load},
+        "other_work_cores": {"start": start.others, "end": end.others},
         "stability_warnings": stability_warnings(start, end, threads=threads, seconds=seconds),
     }
 
@@ -89,7 +142,10 @@ def stability_warnings(start: MachineState, end: MachineState, *, threads: int, 
     """Why a run is not trustworthy: its ceiling or the machine's load moved by more than ``tolerance``,
     or other work already needed the cores the run's threads wanted.
 
-    The ceiling is compared as measured. The load is the 1-minute load average, which by the end
+    The ceiling is compared as measured. Where both observations measured the other work directly
+    (``others``, Linux), the run is busy when that work plus the run's threads needs more than the
+    ``cpus`` cores, and the load moved when that work changed by more than ``tolerance`` of the cores.
+    Elsewhere the load is the 1-minute load average, which by the end
     includes the run's own ``threads`` busy threads: they are taken out (weighted by how much of
     the average's minute they had to fill it, ``1 - exp(-seconds / 60)``) so that only the other
     work on the machine is compared, and a change is measured against one busy core at least, so
@@ -116,6 +172,8 @@ def stability_warnings(start: MachineState, end: MachineState, *, threads: int, 
                         f"({change:+.0%}) between the start and the end of the run: the machine's speed "
                         "changed while it was being measured")
     cpus = cpus or os.cpu_count() or 1
+    if start.others is not None and end.others is not None:
+        return warnings + _other_work_warnings(start.others, end.others, threads, cpus, tolerance)
     if start.load is not None and start.load[0] + threads > cpus * (1 + tolerance):
         warnings.append(f"the machine was busy: other work kept {start.load[0]:.2f} of its {cpus} cores busy "
                         f"(1-minute load average) when the run started, so its {threads} "
@@ -128,6 +186,22 @@ def stability_warnings(start: MachineState, end: MachineState, *, threads: int, 
                             f"{others_after:.2f} (1-minute load average, the run's own {threads} "
                             f"thread{'s' if threads != 1 else ''} taken out): other programs competed for "
                             "the cores during the run")
+    return warnings
+
+
+def _other_work_warnings(before: float, after: float, threads: int, cpus: int, tolerance: float) -> list[str]:
+    """The load warnings from the direct measure: other work busy at the start, or changed by more than
+    ``tolerance`` of the machine's cores between the start and the end."""
+    plural = "s" if threads != 1 else ""
+    warnings = []
+    if before + threads > cpus * (1 + tolerance):
+        warnings.append(f"the machine was busy: other work kept {before:.2f} of its {cpus} cores busy "
+                        f"(measured over {OTHER_WORK_WINDOW_S:g} s) when the run started, so its {threads} "
+                        f"thread{plural} had to share them")
+    if abs(after - before) > tolerance * cpus:
+        warnings.append(f"the cores kept busy by other work moved from {before:.2f} to {after:.2f} of {cpus} "
+                        f"(more than {tolerance:.0%} of the cores): other programs competed for the cores "
+                        "during the run")
     return warnings
 
 
