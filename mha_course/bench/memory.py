@@ -77,6 +77,10 @@ def _cpu_memory_child(config: BenchConfig, name: str, mode: str, threads: int, c
             "peak_method": "VmHWM growth" if exact else "ru_maxrss growth"}
 
 
+#: The line the memory server writes once it has warmed up and waits for requests.
+READY = '{"ready": true}'
+
+
 class CpuMemoryProbe:
     """Measures peak resident memory in fresh child processes, one per measurement.
 
@@ -88,6 +92,10 @@ class CpuMemoryProbe:
             [sys.executable, "-m", "mha_course.bench.memory"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )
+        # Wait until the server has warmed up, so that its start-up work is over before the run
+        # measures the machine's load (it would count as other programs' work).
+        if self._server.stdout.readline().strip() != READY:
+            raise RuntimeError(f"the memory server did not start (exit code {self._server.poll()}); see its stderr.")
 
     def measure(self, config: BenchConfig, name: str, mode: str, threads: int, calls: int) -> dict:
         request = {"config": asdict(config), "name": name, "mode": mode, "threads": threads, "calls": calls}
@@ -129,6 +137,8 @@ def serve(requests=sys.stdin, replies=sys.stdout) -> None:
     # from touching (and so copying) the whole inherited heap.
     gc.collect()
     gc.freeze()
+    replies.write(READY + "\n")
+    replies.flush()
     for line in requests:
         request = json.loads(line)
         read_end, write_end = os.pipe()
