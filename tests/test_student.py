@@ -28,7 +28,7 @@ from conftest import POSIX_GRADING
 from mha_course.__main__ import main
 from mha_course.exercises import EXERCISES
 from mha_course.exercises.grader import grade_notebook
-from mha_course.exercises.jupyter_markdown import BookIndex, book_index, to_jupyter
+from mha_course.exercises.jupyter_markdown import BookIndex, book_index, read_bib, to_jupyter
 from mha_course.exercises.student import (BEGIN, END, SolutionMarkerError, has_solution, is_solution_markdown,
                                           student_notebook, student_source, write_student_edition)
 
@@ -182,6 +182,39 @@ def test_references_resolve_to_the_titles_of_the_book():
     index = book_index(ROOT / "book")
     assert index.labels["setup"] == "Set-up" and index.docs["glossary"] == "Glossary"
     assert index.labels["ex-1-1"] == "Exercise 1.1 · Build the causal mask"
+
+
+def test_citations_read_as_in_print_with_authors_and_years_from_the_bib_file():
+    index = book_index(ROOT / "book")
+    text = ("As {cite:t}`vaswani2017attention` wrote {cite:p}`vaswani2017attention`, after "
+            "{cite:t}`raschka2024build` {cite}`shazeer2019fast`; see {cite:p}`voita2019analyzing,michel2019sixteen`.")
+    assert to_jupyter(text, index) == (
+        "As Vaswani et al. (2017) wrote (Vaswani et al., 2017), after Raschka (2024) (Shazeer, 2019); "
+        "see (Voita et al., 2019; Michel et al., 2019).")
+    assert to_jupyter("{cite:t}`ainslie2023gqa`", index) == "Ainslie et al. (2023)"
+
+
+def test_the_bib_reader_takes_surnames_and_years_however_they_are_written():
+    works = read_bib("""% a comment {cite}
+@article{two,
+  author = "Michel, Paul and Levy, Omer",
+  title  = {Are Sixteen {Heads} = Better},
+  year   = 2019,
+}
+@inproceedings{accents,
+  author = {Ainslie, Joshua and Lebr{\\'o}n, Federico and Kaiser, {\\L}ukasz},
+  year = {2023}}
+@book{forward, author = {Ashish Vaswani and de Jong, Michiel}, year = {2017}}
+@misc{nobody, title = {Untitled}}
+""")
+    assert works["two"].surnames == ["Michel", "Levy"] and works["two"].year == "2019"
+    assert works["two"].authors() == "Michel and Levy"
+    assert works["accents"].surnames == ["Ainslie", "Lebrón", "Kaiser"] and works["accents"].year == "2023"
+    assert works["forward"].surnames == ["Vaswani", "de Jong"]
+    assert (works["nobody"].authors(), works["nobody"].year) == ("Anonymous", "n.d.")
+    index = BookIndex(works=works)
+    assert to_jupyter("{cite:t}`two` and {cite:p}`accents,missing`", index) == (
+        "Michel and Levy (2019) and (Ainslie et al., 2023; missing)")
 
 
 def test_refuses_to_overwrite_then_force(tmp_path):

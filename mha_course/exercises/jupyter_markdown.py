@@ -10,7 +10,9 @@ this: a directive shows as a code block with its ``:label:`` lines, a role as ra
 * turns MyST into plain Markdown for the student edition - :func:`to_jupyter`: an exercise becomes
   a heading with its number and title followed by its statement, an admonition a block quote, math
   stays math (``$...$``), ``{term}``, ``{ref}`` and ``{doc}`` roles become their text (a reference
-  without text becomes the title it points at, from :func:`book_index`), and ``(label)=`` targets go.
+  without text becomes the title it points at, from :func:`book_index`), ``{cite:t}`` and
+  ``{cite:p}`` become "Vaswani et al. (2017)" and "(Vaswani et al., 2017)" (authors and years from
+  the book's ``.bib`` file, :func:`read_bib`), and ``(label)=`` targets go.
 
 Example:
     >>> print(to_jupyter("```{exercise} 1.1 · Build the mask\\n:label: ex-1-1\\n\\nUse the {term}`causal mask`.\\n```"))
@@ -137,11 +139,27 @@ def directive_names(text: str) -> list[str]:
 
 
 @dataclass
+class Work:
+    """A cited work, as far as a citation in the text names it: its authors' surnames and its year."""
+
+    surnames: list[str]
+    year: str
+
+    def authors(self) -> str:
+        """``Raschka``, ``Michel and Levy``, ``Vaswani et al.``"""
+        if len(self.surnames) > 2:
+            return f"{self.surnames[0]} et al."
+        return " and ".join(self.surnames) or "Anonymous"
+
+
+@dataclass
 class BookIndex:
-    """Titles that ``{ref}`` and ``{doc}`` roles without their own text resolve to."""
+    """Titles that ``{ref}`` and ``{doc}`` roles without their own text resolve to, and the works
+    that ``{cite}`` roles name (by BibTeX key)."""
 
     labels: dict[str, str] = field(default_factory=dict)
     docs: dict[str, str] = field(default_factory=dict)
+    works: dict[str, Work] = field(default_factory=dict)
 
 
 def _heading_text(line: str) -> str:
@@ -163,14 +181,92 @@ def _index_markdown(text: str, index: BookIndex, doc: str) -> None:
             index.labels.setdefault(block.options["label"], f"Exercise {block.argument}".strip())
 
 
+# BibTeX accents and letters that the book's .bib file writes as commands: {\'o} is ó, {\L} is Ł.
+_TEX_ACCENTS = {"'": "\u0301", "`": "\u0300", "^": "\u0302", '"': "\u0308", "~": "\u0303", "c": "\u0327"}
+_TEX_LETTERS = {"L": "Ł", "l": "ł", "o": "ø", "O": "Ø", "ss": "ß", "ae": "æ", "AE": "Æ", "aa": "å", "AA": "Å",
+                "i": "ı"}
+_TEX_ACCENT = re.compile(r"\\(['`^\"~c])\s*\{?([A-Za-z])\}?")
+_TEX_LETTER = re.compile(r"\\(ss|ae|AE|aa|AA|[LlOoi])(?![A-Za-z])\s*")
+_BIB_ENTRY = re.compile(r"@(\w+)\s*\{\s*([^,\s]+)\s*,")
+_BIB_FIELD = re.compile(r"(\w+)\s*=\s*")
+
+
+def _plain_tex(text: str) -> str:
+    """BibTeX text as plain Unicode: accents applied, letters spelled out, braces dropped."""
+    import unicodedata
+
+    text = _TEX_ACCENT.sub(lambda m: unicodedata.normalize("NFC", m.group(2) + _TEX_ACCENTS[m.group(1)]), text)
+    text = _TEX_LETTER.sub(lambda m: _TEX_LETTERS[m.group(1)], text)
+    return " ".join(text.replace("{", "").replace("}", "").split())
+
+
+def _bib_value(text: str, start: int) -> tuple[str, int]:
+    """The value of a BibTeX field that starts at ``text[start]`` (braced, quoted or bare), and its end."""
+    if text[start] in "{\"":
+        closing, depth, i = ("}" if text[start] == "{" else '"'), 0, start
+        while i < len(text):
+            char = text[i]
+            if char == "{":
+                depth += 1
+            elif char == "}":
+                depth -= 1
+            if (closing == "}" and depth == 0) or (closing == '"' and char == '"' and i > start and depth == 0):
+                return text[start + 1:i], i + 1
+            i += 1
+        raise ValueError(f"unbalanced braces in the BibTeX value starting {text[start:start + 40]!r}")
+    match = re.match(r"[^,}\s]+", text[start:])
+    return (match.group(0) if match else ""), start + (match.end() if match else 0)
+
+
+def _surname(name: str) -> str:
+    """``Vaswani, Ashish`` -> ``Vaswani``; ``de Jong, Michiel`` -> ``de Jong``; ``Ashish Vaswani`` -> ``Vaswani``."""
+    name = _plain_tex(name)
+    return name.split(",")[0].strip() if "," in name else name.split()[-1]
+
+
+def read_bib(text: str) -> dict[str, Work]:
+    r"""The works of a BibTeX file, by key: their authors' (or editors') surnames and their year.
+
+    A minimal reader for what a citation shows: it reads the ``author`` (else ``editor``) and
+    ``year`` fields of every entry and ignores the rest.
+
+    Example:
+        >>> works = read_bib("@book{r24, author = {Raschka, Sebastian}, year = 2024}\n"
+        ...                  "@misc{a23, author = {Ainslie, J. and Lebr{\\'o}n, F. and de Jong, M.},"
+        ...                  " title = {{GQA}}, year = {2023}}")
+        >>> works["r24"].authors(), works["r24"].year, works["a23"].surnames
+        ('Raschka', '2024', ['Ainslie', 'Lebrón', 'de Jong'])
+    """
+    works = {}
+    entries = list(_BIB_ENTRY.finditer(text))
+    for number, entry in enumerate(entries):
+        if entry.group(1).lower() in ("comment", "string", "preamble"):
+            continue
+        body_end = entries[number + 1].start() if number + 1 < len(entries) else len(text)
+        fields, position = {}, entry.end()
+        while True:
+            found = _BIB_FIELD.search(text, position, body_end)
+            if not found:
+                break
+            value, position = _bib_value(text, found.end())
+            fields[found.group(1).lower()] = value
+        people = fields.get("author") or fields.get("editor") or ""
+        names = [n for n in re.split(r"\s+and\s+", " ".join(people.split())) if n.strip()]
+        works[entry.group(2)] = Work([_surname(n) for n in names], _plain_tex(fields.get("year", "n.d.")))
+    return works
+
+
 def book_index(folder: Path) -> BookIndex:
-    """The labels and document titles of every Markdown page and notebook under ``folder``."""
+    """The labels and document titles of every Markdown page and notebook under ``folder``, and the
+    works of its BibTeX files."""
     index = BookIndex()
     for path in sorted(folder.rglob("*")):
         if in_tool_folder(path.relative_to(folder)):
             continue
         doc = path.relative_to(folder).with_suffix("").as_posix()
-        if path.suffix == ".md":
+        if path.suffix == ".bib":
+            index.works.update(read_bib(path.read_text(encoding="utf-8")))
+        elif path.suffix == ".md":
             _index_markdown(path.read_text(encoding="utf-8"), index, doc)
         elif path.suffix == ".ipynb":
             try:
@@ -200,10 +296,20 @@ def _role_text(name: str, content: str, index: BookIndex) -> str:
     if name == "doc":
         return index.docs.get(target.strip("/").removesuffix(".md").removesuffix(".ipynb"), target)
     if name.startswith("cite"):
-        return f"({target})"
+        return _citation(name, target, index)
     if name in ("sub", "sup"):
         return f"<{name}>{target}</{name}>"
     return target.lstrip("~!")
+
+
+def _citation(name: str, keys: str, index: BookIndex) -> str:
+    """A ``{cite}`` role as it reads in print: ``{cite:t}`` in the sentence, "Vaswani et al. (2017)";
+    any other (``{cite}``, ``{cite:p}``) in parentheses, "(Vaswani et al., 2017)". A key that the
+    book's ``.bib`` file does not hold shows as itself."""
+    works = [(key.strip(), index.works.get(key.strip())) for key in keys.split(",") if key.strip()]
+    if name.split(":")[-1] in ("t", "ts", "ct", "cts"):
+        return ", ".join(f"{work.authors()} ({work.year})" if work else f"({key})" for key, work in works)
+    return "(" + "; ".join(f"{work.authors()}, {work.year}" if work else key for key, work in works) + ")"
 
 
 def _plain_roles(text: str, index: BookIndex) -> str:
@@ -311,4 +417,5 @@ def to_jupyter(text: str, index: BookIndex | None = None, folder: Path | None = 
     return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip("\n")
 
 
-__all__ = ["blocks", "directive_names", "to_jupyter", "book_index", "BookIndex", "Fence", "Prose"]
+__all__ = ["blocks", "directive_names", "to_jupyter", "book_index", "read_bib", "BookIndex", "Work", "Fence",
+           "Prose"]
