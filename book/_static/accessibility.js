@@ -2,9 +2,10 @@
 //
 // 1. Every box that scrolls sideways can be scrolled with the keyboard: it takes focus
 //    (tabindex="0") while its content is wider than it is, and leaves the tab order when it is
-//    not. The theme does this for code blocks when the page loads and when the window is resized,
-//    but not for boxes that change size later: a solution's code when its dropdown opens, a cell
-//    output after the page narrows. A ResizeObserver catches every such change as it happens.
+//    not. The theme does this for code blocks and Markdown tables when the page loads and, 300 ms
+//    after the window is resized, but not for boxes that change size later: a solution's code when
+//    its dropdown opens, a cell output or a table after the page narrows. A ResizeObserver catches
+//    every such change as it happens.
 // 2. Every part of the page sits in a landmark: the left sidebar (the book's title, search and
 //    table of contents) is marked as the book's navigation, so a screen reader can jump to it
 //    and skip it, as it does the theme's own navigation landmarks.
@@ -16,6 +17,7 @@
     "article div.cell_output",
     "article div.cell_output > .output",
     "article .mha-table",
+    "article .pst-scrollable-table-container",
   ].join(", ");
 
   function scrollable(overflow) {
