@@ -32,34 +32,7 @@ CODE_COLUMN_CHARS = 80  # the longest line a chapter's code and printed output m
 # Markdown) is what changes, and the failure message lists each offender to change. On these
 # pages the check runs as an expected failure; it is strict, so a page that starts passing fails
 # the check until its entry here is removed.
-CONTENT_TO_FIX: dict[str, dict[str, str]] = {
-    "blocks fit": {
-        "book/intro": "2 set-up commands of 91 and 97 characters",
-        "book/01_one_causal_head": "20 code and output blocks with lines of 90 to 186 characters",
-        "book/02_stacked_heads": "18 code and output blocks with lines of 85 to 137 characters",
-        "book/03_batched_heads": "28 code and output blocks with lines of 83 to 200 characters",
-        "book/04_what_heads_cost": "23 code, output and command blocks with lines of 84 to 259 characters",
-        "book/05_why_several_heads": "4 code blocks with lines of 82 to 86 characters",
-    },
-    "equations fit": {
-        "book/01_one_causal_head": "the chapter's key equation, 773 px in the 688 px column",
-    },
-    "text tables": {
-        "book/01_one_causal_head": "9 matrices printed with print(matrix_table(...))",
-        "book/02_stacked_heads": "3 tables printed as text",
-        "book/03_batched_heads": "3 tables printed as text",
-        "book/05_why_several_heads": "1 table of tokens printed as text",
-    },
-    "figure width": {
-        "book/01_one_causal_head": "plot_visibility's figure shown 274 px wide (40 % of the column)",
-        "book/02_stacked_heads": "plot_visibility's figure shown 274 px wide (40 % of the column)",
-    },
-    "alt text": {
-        name: "figures whose alt text is their file's path"
-        for name in ("book/01_one_causal_head", "book/02_stacked_heads", "book/03_batched_heads",
-                     "book/04_what_heads_cost", "book/05_why_several_heads")
-    },
-}
+CONTENT_TO_FIX: dict[str, dict[str, str]] = {}
 
 # Blocks that may be wider than their box on a desktop: (page, kind of block) and why.
 WIDE_BLOCKS_ALLOWED = {

@@ -1,0 +1,79 @@
+"""Every line of code and printed output a chapter shows fits the book's code column: 80 characters.
+
+The book's styles give a code or output block room for 80 characters at a 1280 px window
+(``book/_static/book.css``), so a longer line makes a desktop reader scroll sideways inside the
+block. The browser tests measure the blocks on the built pages; this test reads the notebooks
+themselves, so that it runs without a browser and names the cell to change. It covers every cell
+the book shows (``hide-input`` cells too, which a reader opens, and the exercises' solutions) and
+every printed line; an output that has an HTML form (a :class:`mha_course.tables.Table`) is shown
+as HTML, so its plain text is not held to the column.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from book_pages import DOCNAMES, source_of
+
+#: Characters a line of code or output may hold: the book's code boxes hold 80 at a 1280 px window.
+CODE_COLUMN = 80
+
+NOTEBOOKS = [name for name in DOCNAMES if source_of(name).suffix == ".ipynb"]
+
+
+def _text(source) -> str:
+    return "".join(source) if isinstance(source, list) else source
+
+
+def shown_lines(notebook: dict) -> list[tuple[str, str, str]]:
+    """``(cell id, "code" or "output", line)`` for every line of code and output the book shows."""
+    lines = []
+    for number, cell in enumerate(notebook["cells"], start=1):
+        if cell["cell_type"] != "code":
+            continue
+        tags = set(cell.get("metadata", {}).get("tags", []))
+        if "remove-cell" in tags:
+            continue
+        name = cell.get("id") or f"cell {number}"
+        if "remove-input" not in tags:
+            lines += [(name, "code", line) for line in _text(cell["source"]).splitlines()]
+        if "remove-output" in tags:
+            continue
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if output["output_type"] == "stream":
+                text = _text(output["text"])
+            elif output["output_type"] == "error":
+                text = "\n".join(output.get("traceback", []))
+            elif "text/plain" in data and not {"text/html", "image/png", "image/svg+xml"} & data.keys():
+                text = _text(data["text/plain"])
+            else:
+                continue
+            lines += [(name, "output", line) for line in text.splitlines()]
+    return lines
+
+
+@pytest.mark.parametrize("docname", NOTEBOOKS)
+def test_code_and_printed_lines_fit_the_code_column(docname):
+    notebook = json.loads(source_of(docname).read_text(encoding="utf-8"))
+    too_long = [f"{cell} ({kind}, {len(line)} characters): {line.strip()[:70]!r}"
+                for cell, kind, line in shown_lines(notebook) if len(line) > CODE_COLUMN]
+    assert not too_long, (f"{docname}: lines wider than the book's code column ({CODE_COLUMN} characters); "
+                          "wrap them:\n  " + "\n  ".join(too_long))
+
+
+def test_the_check_reads_code_and_printed_output_but_not_hidden_cells_or_html_tables():
+    """Guards the test above: what it reads from a notebook, and what it leaves out."""
+    long = "x" * 81
+    notebook = {"cells": [
+        {"cell_type": "markdown", "source": long},
+        {"cell_type": "code", "id": "shown", "metadata": {"tags": ["hide-input"]}, "source": [long],
+         "outputs": [{"output_type": "stream", "name": "stdout", "text": ["short\n", long]},
+                     {"output_type": "execute_result", "data": {"text/plain": long, "text/html": "<table/>"}},
+                     {"output_type": "display_data", "data": {"text/plain": [long]}}]},
+        {"cell_type": "code", "id": "hidden", "metadata": {"tags": ["remove-cell"]}, "source": long, "outputs": []},
+    ]}
+    found = [(cell, kind) for cell, kind, line in shown_lines(notebook) if len(line) > CODE_COLUMN]
+    assert found == [("shown", "code"), ("shown", "output"), ("shown", "output")]
