@@ -1,12 +1,16 @@
-"""Every line of code and printed output a chapter shows fits the book's code column: 80 characters.
+"""What a chapter's code cells show in the book: lines that fit the code column, output in order.
 
 The book's styles give a code or output block room for 80 characters at a 1280 px window
 (``book/_static/book.css``), so a longer line makes a desktop reader scroll sideways inside the
-block. The browser tests measure the blocks on the built pages; this test reads the notebooks
-themselves, so that it runs without a browser and names the cell to change. It covers every cell
+block. The browser tests measure the blocks on the built pages; these tests read the notebooks
+themselves, so that they run without a browser and name the cell to change. They cover every cell
 the book shows (``hide-input`` cells too, which a reader opens, and the exercises' solutions) and
 every printed line; an output that has an HTML form (a :class:`mha_course.tables.Table`) is shown
 as HTML, so its plain text is not held to the column.
+
+The book gathers a cell's printed lines into one block where the first of them stood
+(``nb_merge_streams``), so a cell that prints, shows a table or a figure, and prints again would
+show its last lines above the table: a cell prints before its tables and figures or after them.
 """
 
 from __future__ import annotations
@@ -77,3 +81,32 @@ def test_the_check_reads_code_and_printed_output_but_not_hidden_cells_or_html_ta
     ]}
     found = [(cell, kind) for cell, kind, line in shown_lines(notebook) if len(line) > CODE_COLUMN]
     assert found == [("shown", "code"), ("shown", "output"), ("shown", "output")]
+
+
+def _printed_on_both_sides(outputs: list[dict]) -> bool:
+    """True when printed output comes both before and after a table or figure."""
+    kinds = ["printed" if o["output_type"] == "stream" else "shown"
+             for o in outputs if o["output_type"] == "stream" or o.get("data", {}).keys() - {"text/plain"}]
+    if "shown" not in kinds:
+        return False
+    first, last = kinds.index("shown"), len(kinds) - 1 - kinds[::-1].index("shown")
+    return "printed" in kinds[:first] and "printed" in kinds[last + 1:]
+
+
+@pytest.mark.parametrize("docname", NOTEBOOKS)
+def test_printed_lines_stay_on_one_side_of_the_tables_and_figures(docname):
+    notebook = json.loads(source_of(docname).read_text(encoding="utf-8"))
+    mixed = [cell.get("id") or f"cell {number}" for number, cell in enumerate(notebook["cells"], start=1)
+             if cell["cell_type"] == "code" and _printed_on_both_sides(cell.get("outputs", []))]
+    assert not mixed, (f"{docname}: cells that print before and after a table or figure; the book would "
+                       f"show their last printed lines above it (print before or after, not both): {mixed}")
+
+
+def test_the_order_check_sees_printing_on_both_sides():
+    stream = {"output_type": "stream", "name": "stdout", "text": "x\n"}
+    table = {"output_type": "display_data", "data": {"text/plain": "t", "text/html": "<table/>"}}
+    plain = {"output_type": "execute_result", "data": {"text/plain": "3"}}
+    assert _printed_on_both_sides([stream, table, stream])
+    assert not _printed_on_both_sides([stream, table, table])
+    assert not _printed_on_both_sides([table, stream, stream])
+    assert not _printed_on_both_sides([stream, plain, stream])
