@@ -18,16 +18,18 @@ from chapter6_answers import ALSO_CORRECT, BY_THE_PACKAGE, CORRECT, WRONG
 from mha_course import GroupedQueryAttention, KVCache, cost
 from mha_course.exercises import EXERCISES, run_check
 from mha_course.exercises import chapter6
-from mha_course.exercises.framework import judge, probe
+from mha_course.exercises.framework import OWN_CODE, SEED_ENV_VAR, judge, probe
+from mha_course.exercises.records import seed_of
+from mha_course.exercises.shortcuts import CallWatch
 
-SEEDS = [0, 1, 2, 7, 12345, 2**31 - 1]
+SEEDS = [0, 1, 2, 7, 12345, 999_999]
 
 
 @pytest.fixture
 def seeded(monkeypatch):
     """Run the checks with a chosen seed instead of a fresh one."""
     def use(seed):
-        monkeypatch.setattr(chapter6, "draw_seed", lambda: seed)
+        monkeypatch.setenv(SEED_ENV_VAR, str(seed))
     return use
 
 
@@ -51,7 +53,7 @@ def test_every_mistake_gets_its_message_whatever_the_inputs(key, seed, seeded):
 
 def test_the_inputs_change_from_run_to_run():
     records = [probe(EXERCISES["6.3"], CORRECT["6.3"]) for _ in range(3)]
-    seeds = {int(r["seed"]["value"]) for r in records}
+    seeds = {seed_of(r) for r in records}
     assert len(seeds) == 3
     arguments = {chapter6.size_case(seed, "model") for seed in seeds}
     assert len(arguments) == 3
@@ -72,26 +74,31 @@ def test_a_number_copied_from_a_failure_message_fails_the_next_run(seeded):
 def test_an_answer_that_calls_the_package_is_refused(exercise_id, answer, seeded):
     seeded(3)
     result = run_check(exercise_id, answer)
-    assert result.status == "failed", result.line
-    assert result.failed_check.startswith("your own")
-    called = re.search(r"got a call to (.+?)\. The exercise", result.line).group(1)
-    assert called in chapter6.PACKAGE_ANSWERS.values()
+    assert (result.status, result.failed_check, result.checks_passed) == ("failed", OWN_CODE, 0), result.line
+    called = re.search(r"got a call to (.+?)\. ", result.line).group(1)
+    assert called in {s.label for s in EXERCISES[exercise_id].shortcuts}
+
+
+def test_the_package_answers_themselves_are_refused():
+    for exercise_id, answer, label in (("6.1", chapter6.reference_expand, "the checks' own chapter6.reference_expand"),
+                                       ("6.3", cost.kv_cache_bytes, "mha_course's own kv_cache_bytes")):
+        result = run_check(exercise_id, answer)
+        assert (result.status, result.failed_check) == ("failed", OWN_CODE), result.line
+        assert f"got {label}." in result.line
 
 
 def test_only_the_package_answers_are_refused():
-    """Other package code (split_heads, the layers, the cache's attributes) is the learner's to use."""
+    """Other package code (split_heads, the layers, the cache's other methods) is the learner's to use."""
     from mha_course import merge_heads, split_heads
 
-    with chapter6.package_calls() as seen:
-        gqa = GroupedQueryAttention(4, 8, 6, 0.0, num_heads=4, num_kv_groups=2)
+    gqa = GroupedQueryAttention(4, 8, 6, 0.0, num_heads=4, num_kv_groups=2)
+    with CallWatch(EXERCISES["6.2"].all_shortcuts()) as watch:
         merge_heads(split_heads(gqa.W_query(torch.randn(1, 3, 4)), 4))
         KVCache().reset()
-    assert seen == []
-    with chapter6.package_calls() as seen:
-        cache = KVCache()
-        gqa(torch.randn(1, 3, 4), cache=cache)
-    assert seen == ["GroupedQueryAttention's forward (calling the module)", "GroupedQueryAttention's attention",
-                    "KVCache.append"]
+    assert watch.seen == []
+    with CallWatch(EXERCISES["6.2"].all_shortcuts()) as watch:
+        gqa(torch.randn(1, 3, 4), cache=KVCache())
+    assert watch.seen == ["mha_course's own GroupedQueryAttention", "mha_course's own KVCache.append"]
 
 
 def test_watching_leaves_a_profiler_in_place():
@@ -102,7 +109,7 @@ def test_watching_leaves_a_profiler_in_place():
 
     sys.setprofile(profiler)
     try:
-        with chapter6.package_calls():
+        with CallWatch(EXERCISES["6.2"].all_shortcuts()):
             pass
         assert sys.getprofile() is profiler
     finally:
@@ -162,4 +169,4 @@ def test_the_judge_needs_only_the_record(seeded):
     record = probe(EXERCISES["6.2"], WRONG[("6.2", "no-scale")])
     seeded(6)  # a later draw does not change the verdict on that record
     assert judge(EXERCISES["6.2"], record).mistake == "no-scale"
-    assert int(record["seed"]["value"]) == 5
+    assert seed_of(record) == 5

@@ -10,8 +10,11 @@ For each figure the book shows (drawn here with the same calls and sizes as the 
   and tritanopia (Machado, Oliveira and Fernandes, 2009);
 * lines that the legend tells apart by colour alone stay apart for colour-blind readers.
 
-Every public ``plot_*`` function of the package's plotting modules must have a figure here, so a
-new figure is checked as soon as it exists.
+Every figure is drawn under a reader's own matplotlib settings (small fonts, a rainbow colour map,
+another dpi), which the figure functions must not depend on: each sets the house style itself.
+
+Every public ``plot_*`` function of the package's plotting modules (a package's submodules
+included) must have a figure here, so a new figure is checked as soon as it exists.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ import importlib
 import inspect
 import json
 import math
+import pkgutil
 from pathlib import Path
 from types import SimpleNamespace
+from unittest import mock
 
 import matplotlib
 
@@ -32,12 +37,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.cm import ScalarMappable  # noqa: E402
 from matplotlib.colors import to_rgb  # noqa: E402
+from matplotlib.text import Text  # noqa: E402
 
 from mha_course import RUNNING_WORDS, THREE_TOKEN_LABELS  # noqa: E402
 from mha_course.plots import (  # noqa: E402
     BOOK_COLUMN_PX,
+    FIGURE_DPI,
     GREY_CMAP,
     HOUSE_STYLE,
     MIN_TEXT_PX,
@@ -72,10 +80,17 @@ def _sweep_points():
     return [dataclasses.replace(p, time=SimpleNamespace(median=1e-4 * p.num_heads)) for p in points]
 
 
-def _bench_results():
+def _bench_results(name: str = "bench-cpu.json"):
     from mha_course import bench
 
-    return bench.load_results(DATA / "bench-cpu.json")
+    return bench.load_results(DATA / name)
+
+
+def _bills():
+    from mha_course.cost import HEAD_WIDTH_FIXED, MODEL_WIDTH_FIXED, cost_by_heads
+
+    return {regime: cost_by_heads(regime, [1, 2, 3, 4, 6, 12], width=width, batch=8, num_tokens=1024, d_in=768)
+            for regime, width in ((HEAD_WIDTH_FIXED, 64), (MODEL_WIDTH_FIXED, 768))}
 
 
 def _specialisation():
@@ -111,11 +126,26 @@ BOOK_FIGURES = {
         lambda: _plots().plot_head_flow(8),
     "mha_course.plots.plot_head_flow: batched":
         lambda: _plots().plot_head_flow(2, num_tokens=6, d_in=3, head_dim=2, batched=True),
+    "mha_course.plots.plot_head_reshape: 2 heads of 2, 3 tokens":
+        lambda: _plots().plot_head_reshape(num_heads=2, head_dim=2, num_tokens=3, d_in=3),
     "mha_course.plots.plot_cost_regimes: timed sweep":
         lambda: _plots().plot_cost_regimes(_sweep_points()),
+    "mha_course.plots.plot_bills_by_heads: GPT-2 small, both regimes":
+        lambda: _plots().plot_bills_by_heads(_bills(), title_suffix=" (GPT-2-small input)"),
+    "mha_course.plots.plot_attention_share: width 768":
+        lambda: _plots().plot_attention_share(768, num_heads=12, batch=8),
+    "mha_course.plots.plot_kv_sharing: 8 query heads, 8, 2 and 1 groups":
+        lambda: _plots().plot_kv_sharing(num_heads=8, kv_groups=(8, 2, 1)),
+    "mha_course.plots.plot_kv_cache_growth: two model shapes":
+        lambda: _plots().plot_kv_cache_growth(bytes_per_number=2),
     "mha_course.bench.plots.plot_results: three sizes":
         lambda: _module("mha_course.bench.plots").plot_results(
             _bench_results(), configs=["small-4", "small-16", "gpt2-small"]),
+    "mha_course.bench.plots.plot_relative_times: three sizes":
+        lambda: _module("mha_course.bench.plots").plot_relative_times(
+            _bench_results(), configs=["small-4", "small-16", "gpt2-small"]),
+    "mha_course.bench.plots.plot_decode: stored decoding run":
+        lambda: _module("mha_course.bench.plots").plot_decode(_bench_results("bench-decode-cpu.json")),
     "mha_course.experiments.specialisation.plots.plot_accuracy_by_heads: stored runs":
         lambda: _module("mha_course.experiments.specialisation.plots").plot_accuracy_by_heads(_specialisation()),
     "mha_course.experiments.specialisation.plots.plot_first_share_by_difference: one head, long runs":
@@ -135,18 +165,9 @@ def _plots():
 # Figures whose text is too small today: their functions are to be redrawn in the house style
 # (mha_course.plots.house_style and book_figsize). Expected failures, strict: a figure that
 # starts passing fails here until its entry is removed.
-SMALL_TEXT_TO_FIX: dict[str, str] = {
-    "mha_course.plots.plot_attention: 3 heads, 6 tokens": "cell numbers 6.4 px, tick labels 7.1 px",
-    "mha_course.plots.plot_attention: 2 heads, 8 tokens, long titles": "cell numbers 7.7 px, tick labels 8.6 px",
-    "mha_course.plots.plot_head_flow: batched": "shapes 6.7 px, box text 7.1 px",
-    "mha_course.plots.plot_cost_regimes: timed sweep": "legend 6.5 px, tick labels 7.6 px",
-    "mha_course.bench.plots.plot_results: three sizes": "panel titles 8.4 px",
-}
+SMALL_TEXT_TO_FIX: dict[str, str] = {}
 # Figures whose legend lines look alike to colour-blind readers today (same kind of entry).
-LINES_TO_FIX: dict[str, str] = {
-    "mha_course.experiments.specialisation.plots.plot_first_share_by_difference: one head, long runs":
-        "seeds 0 and 4: ΔE 6 with protanopia, 8 with deuteranopia",
-}
+LINES_TO_FIX: dict[str, str] = {}
 
 
 def _figure_params(to_fix: dict[str, str]) -> list:
@@ -157,14 +178,31 @@ def _figure_params(to_fix: dict[str, str]) -> list:
     ]
 
 
+# A reader's own matplotlib settings, which a book figure must not depend on: small text, a rainbow
+# colour map, red and green lines, another dpi (the inline backend's old default).
+READER_SETTINGS = {
+    "figure.dpi": 72, "font.size": 5, "axes.titlesize": 5, "axes.labelsize": 5, "xtick.labelsize": 5,
+    "ytick.labelsize": 5, "legend.fontsize": 5, "figure.titlesize": 5, "image.cmap": "jet",
+    "axes.prop_cycle": plt.cycler(color=["tab:red", "tab:green"]),
+}
+
+
 @pytest.fixture(scope="module")
 def drawn():
-    """Draw a book figure by name, once for all the tests of this file (closed at the end)."""
+    """Draw a book figure by name, once for all the tests of this file (closed at the end).
+
+    Drawn, and drawn on a canvas as a notebook shows it, under READER_SETTINGS: the figure must set
+    its own style.
+    """
     figures: dict[str, object] = {}
 
     def draw(name: str):
         if name not in figures:
-            figures[name] = BOOK_FIGURES[name]()
+            with plt.rc_context(READER_SETTINGS):
+                figures[name] = BOOK_FIGURES[name]()
+                figures[name].canvas.draw()
+            plt.close(figures[name])  # out of pyplot's list of open figures, drawn on a canvas of its own
+            FigureCanvasAgg(figures[name])
         return figures[name]
 
     yield draw
@@ -172,13 +210,28 @@ def drawn():
         plt.close(figure)
 
 
+def _plot_functions() -> dict[str, object]:
+    """``module.name`` -> function, for every public ``plot_*`` function the plotting modules define.
+
+    A function defined in a submodule of a plotting package is named by the package it is imported
+    from (``mha_course.plots.plot_attention``), and must be importable from there.
+    """
+    functions = {}
+    for name in PLOTTING_MODULES:
+        module = importlib.import_module(name)
+        defined_in = [name] + [info.name for info in pkgutil.walk_packages(getattr(module, "__path__", []), f"{name}.")]
+        for source in defined_in:
+            for function_name, function in inspect.getmembers(importlib.import_module(source), inspect.isfunction):
+                if function_name.startswith("plot_") and function.__module__ == source:
+                    assert getattr(module, function_name, None) is function, \
+                        f"{source}.{function_name} is not importable from {name}: re-export it there"
+                    functions[f"{name}.{function_name}"] = function
+    return functions
+
+
 def test_every_plot_function_draws_a_book_figure_here():
-    functions = {
-        f"{module}.{name}"
-        for module in PLOTTING_MODULES
-        for name, function in inspect.getmembers(importlib.import_module(module), inspect.isfunction)
-        if name.startswith("plot_") and function.__module__ == module
-    }
+    functions = set(_plot_functions())
+    assert "mha_course.plots.plot_attention" in functions, "the search for plot functions found none"
     covered = {name.split(":")[0] for name in BOOK_FIGURES}
     missing = sorted(functions - covered)
     assert not missing, f"add a figure to BOOK_FIGURES (tests/test_figure_style.py) for: {', '.join(missing)}"
@@ -211,6 +264,54 @@ def test_no_text_smaller_than_9_px_as_the_book_shows_it(drawn, name):
             + "\n  draw it at most book_figsize() wide, inside house_style(), with fonts of 9 pt or more",
             pytrace=False,
         )
+
+
+def _image_px(figure) -> float:
+    """The width of the PNG a notebook saves of ``figure`` (its tight bounding box, padded)."""
+    renderer = figure.canvas.get_renderer()
+    return (figure.get_tightbbox(renderer).width + 2 * plt.rcParams["savefig.pad_inches"]) * figure.dpi
+
+
+@pytest.mark.parametrize("name", BOOK_FIGURES)
+def test_every_book_figure_is_drawn_in_the_house_style_within_the_column(drawn, name):
+    """The figure sets its own dpi and size, whatever the reader's settings, and fills most of the column."""
+    figure = drawn(name)
+    assert figure.dpi == FIGURE_DPI, f"{name}: drawn at {figure.dpi:.0f} dpi, not in the house style"
+    width_px = figure.get_size_inches()[0] * figure.dpi
+    assert width_px <= BOOK_COLUMN_PX + 0.5, f"{name}: drawn {width_px:.0f} px wide, wider than the column"
+    shown = min(_image_px(figure), BOOK_COLUMN_PX)
+    assert shown >= 0.6 * BOOK_COLUMN_PX, (f"{name}: shown {shown:.0f} px wide, {shown / BOOK_COLUMN_PX:.0%} of the "
+                                           "column (the book shows figures at least 60 % of it)")
+
+
+def _drawn_texts(figure) -> list[tuple[str, object]]:
+    """(text, window extent) of every text the figure draws, at right angles (a tilted text's box is
+    not its outline)."""
+    drawn = []
+    draw_text = Text.draw
+
+    def record(text, renderer):
+        draw_text(text, renderer)
+        if text.get_visible() and text.get_text().strip() and text.get_rotation() % 90 == 0:
+            drawn.append((text.get_text(), text.get_window_extent(renderer)))
+
+    with mock.patch.object(Text, "draw", record):
+        figure.draw(figure.canvas.get_renderer())
+    return drawn
+
+
+@pytest.mark.parametrize("name", BOOK_FIGURES)
+def test_no_text_runs_into_another(drawn, name):
+    texts = _drawn_texts(drawn(name))
+    assert texts, f"{name}: no text found"
+    clashes = []
+    for i, (first, one) in enumerate(texts):
+        for second, other in texts[i + 1:]:
+            width = min(one.x1, other.x1) - max(one.x0, other.x0)
+            height = min(one.y1, other.y1) - max(one.y0, other.y0)
+            if width > 1 and height > 1:
+                clashes.append(f"{first!r} and {second!r} ({width:.0f} x {height:.0f} px)")
+    assert not clashes, f"{name}: texts drawn over each other: " + "; ".join(clashes)
 
 
 def test_figure_text_sizes_matches_the_image_a_notebook_saves():

@@ -4,11 +4,13 @@ Chapter 4 and the memory deep dive read ``book/data/bench-cpu*.json``; the engin
 for the implementations are checked here, over the same files, never in the book's text. Each
 test asserts what the stored run says today, so a new run (``python -m mha_course bench``, see
 ``book/data/README.md``) that says the same passes and one that says otherwise fails by name.
-Goals the stored run does not meet are strict ``xfail``: they fail loudly the day a run meets
-them, so that the marker is removed then.
+Goals a stored run does not meet are strict ``xfail``, with the measured number in the reason:
+they fail loudly the day a run meets them, so that the marker is removed then.
 
-The run with two threads (``bench-cpu-2threads.json``) is checked by the same tests when it is
-stored; until then its tests are skipped.
+Most tests check both stored runs, with one thread (``bench-cpu.json``) and with two
+(``bench-cpu-2threads.json``; its tests are skipped when it is not stored). The two allocator
+variants of the memory deep dive (``bench-cpu-mmap-off.json``, ``bench-cpu-malloc-reuse.json``)
+are checked at the end.
 """
 
 from __future__ import annotations
@@ -86,14 +88,22 @@ def test_two_thread_run_measures_the_same_machine_and_sizes_as_the_one_thread_ru
     assert one["configs"] == two["configs"]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="the stored run's matmul ceiling moved by more than 10 % "
-                   "(17.7 -> 57.4 GFLOP/s): store a run made on a quiet machine, then remove this mark")
-def test_stored_one_thread_run_held_still():
-    meta = _load("1 thread")["meta"]
+STORED_RUNS = ("bench-cpu.json", "bench-cpu-2threads.json", "bench-cpu-mmap-off.json",
+               "bench-cpu-malloc-reuse.json", "bench-decode-cpu.json")
+
+
+@pytest.mark.parametrize("name", STORED_RUNS)
+def test_stored_run_held_still(name):
+    # The book reads these runs as measurements of a quiet machine: the bench command found
+    # neither its matmul ceiling nor the other programs' load moving during any of them.
+    path = DATA / name
+    if not path.exists():
+        pytest.skip(f"{name} is not stored (book/data/README.md has the command)")
+    meta = bench.load_results(path)["meta"]
     ceiling = meta["matmul_ceiling"]
     start, end = ceiling["flops_per_s_start"], ceiling["flops_per_s_end"]
-    assert abs(end - start) <= 0.1 * max(start, end)
-    assert not meta.get("stability_warnings")
+    assert abs(end - start) <= 0.1 * max(start, end), (start, end)
+    assert meta["stability_warnings"] == []
 
 
 # --- The fast path --------------------------------------------------------------------------------
@@ -108,13 +118,17 @@ def test_fast_path_stays_close_to_raw_sdpa(run):
             assert ratio <= (1.1 if config == "gpt2-small" else 1.3), (config, mode, ratio)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="goal not met by the stored run: fast is 1.28x raw SDPA at "
-                   "small-4, training")
-def test_goal_fast_path_within_5_percent_of_raw_sdpa_everywhere():
-    results = _load("1 thread")
-    for config in SIZES:
-        for mode in bench.MODES:
-            assert _time(results, config, mode, "fast") <= 1.05 * _time(results, config, mode, "raw_sdpa")
+@pytest.mark.parametrize("label", [
+    "1 thread",
+    pytest.param("2 threads", marks=pytest.mark.xfail(
+        strict=True, raises=AssertionError,
+        reason="goal not met by the two-thread run: fast is 1.055x raw SDPA at gpt2-small, forward")),
+])
+def test_goal_fast_path_within_5_percent_of_raw_sdpa_everywhere(label):
+    results = _load(label)
+    worst = max((_time(results, config, mode, "fast") / _time(results, config, mode, "raw_sdpa"), config, mode)
+                for config in SIZES for mode in bench.MODES)
+    assert worst[0] <= 1.05, worst
 
 
 def test_fast_path_at_least_twice_as_fast_as_torch_module_returning_weights(run):
@@ -177,21 +191,53 @@ def test_batched_peak_is_two_score_tensors_and_the_projections(run, config):
 
 # --- Stacked heads against the batched module ------------------------------------------------------
 
-def test_batched_and_stacked_stay_within_a_factor_of_two(run):
+def _batched_over_stacked(results) -> dict:
+    return {(config, mode): bench.compare_times(results, config, mode, "batched", "stacked")["ratio"]
+            for config in SIZES for mode in bench.MODES}
+
+
+def test_which_of_batched_and_stacked_is_ahead_changes_with_size_and_mode(run):
     _, results = run
-    for config in SIZES:
-        for mode in bench.MODES:
-            ratio = bench.compare_times(results, config, mode, "batched", "stacked")["ratio"]
-            assert 0.5 <= ratio <= 2.0, (config, mode, ratio)
+    ratios = _batched_over_stacked(results).values()
+    assert min(ratios) < 1 < max(ratios), sorted(ratios)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="goal not met by the stored run: the stacked heads are faster "
-                   "beyond the spread at textbook, small-4 and gpt2-small forward and small-4 training")
-def test_goal_batched_no_slower_than_stacked_anywhere():
-    results = _load("1 thread")
+def test_batched_and_stacked_stay_within_a_factor_of_two_with_one_thread():
+    # Chapter 3 reads the one-thread run: "neither is ahead by more than a factor of two".
+    ratios = _batched_over_stacked(_load("1 thread"))
+    outside = {key: ratio for key, ratio in ratios.items() if not 0.5 <= ratio <= 2.0}
+    assert not outside, outside
+
+
+def test_with_two_threads_the_batched_module_falls_more_than_twice_behind_only_at_small_16_forward():
+    # The second thread sped the batched module's small-16 forward pass up by only 1.36x, where
+    # the stacked heads gained 1.81x: there it ends at 2.45x the stacked heads' time.
+    ratios = _batched_over_stacked(_load("2 threads"))
+    outside = {key: ratio for key, ratio in ratios.items() if not 0.5 <= ratio <= 2.0}
+    assert set(outside) == {("small-16", "forward")}, outside
+    assert outside[("small-16", "forward")] < 2.5, outside
+
+
+@pytest.mark.parametrize("label", [
+    pytest.param("1 thread", marks=pytest.mark.xfail(
+        strict=True, raises=AssertionError,
+        reason="goal not met by the one-thread run: the stacked heads are faster beyond the spread at small-4 "
+               "(batched 1.75x their time forward, 1.19x training), small-16 (1.84x, 1.87x) and gpt2-small "
+               "training (1.07x)")),
+    pytest.param("2 threads", marks=pytest.mark.xfail(
+        strict=True, raises=AssertionError,
+        reason="goal not met by the two-thread run: the stacked heads are faster beyond the spread at small-4 "
+               "(batched 1.92x their time forward, 1.29x training) and small-16 (2.45x, 1.89x)")),
+])
+def test_goal_batched_no_slower_than_stacked_anywhere(label):
+    results = _load(label)
+    behind = {}
     for config in SIZES:
         for mode in bench.MODES:
-            assert bench.compare_times(results, config, mode, "batched", "stacked")["verdict"] != "stacked"
+            duel = bench.compare_times(results, config, mode, "batched", "stacked")
+            if duel["verdict"] == "stacked":
+                behind[config, mode] = round(duel["ratio"], 2)
+    assert not behind, behind
 
 
 # --- The allocator variants of the memory deep dive -------------------------------------------------
@@ -209,14 +255,49 @@ def test_allocator_variants_are_the_runs_the_deep_dive_describes():
         assert {r["mode"] for r in results["rows"]} == {"forward"}
 
 
+def _allocator_runs() -> dict:
+    return {"default": _load("1 thread"), "mmap-off": _variant("mmap-off"), "malloc-reuse": _variant("malloc-reuse")}
+
+
+def test_allocator_runs_can_be_compared_with_each_other():
+    # The deep dive sets the three runs' times side by side: one machine, in one state.
+    runs = _allocator_runs()
+    ceilings = [r["meta"]["matmul_ceiling"][f"flops_per_s_{when}"] for r in runs.values() for when in ("start", "end")]
+    assert max(ceilings) <= 1.05 * min(ceilings), ceilings
+    for key in ("device_name", "torch", "cpu_count", "threads"):
+        assert len({r["meta"][key] for r in runs.values()}) == 1, key
+
+
 def test_reusing_freed_memory_removes_the_batched_modules_page_faults():
-    off, reuse = _variant("mmap-off"), _variant("malloc-reuse")
+    runs = _allocator_runs()
+
+    def forward(label, config, name):
+        return bench.lookup(runs[label], config, "forward", name)
+
     for config in ("small-16", "gpt2-small"):
-        before = bench.lookup(off, config, "forward", "batched")["minor_faults_per_call"]
-        after = bench.lookup(reuse, config, "forward", "batched")["minor_faults_per_call"]
-        assert after < 0.1 * before, (config, before, after)
-        duel = bench.compare_times(reuse, config, "forward", "batched", "stacked")
-        assert duel["ratio"] < 1, (config, duel)
+        faults = {label: forward(label, config, "batched")["minor_faults_per_call"] for label in runs}
+        times = {label: forward(label, config, "batched")["median_s"] for label in runs}
+        assert abs(faults["mmap-off"] - faults["default"]) < 0.2 * faults["default"], faults  # trimmed, faulted again
+        assert faults["malloc-reuse"] < 0.1 * faults["default"], faults
+        # ... and the batched module's forward time falls by about a third, while the fused kernels,
+        # which fault far less, run at the same speed in all three runs.
+        assert 0.6 <= times["malloc-reuse"] / times["default"] <= 0.75, times
+        assert times["malloc-reuse"] < 0.75 * times["mmap-off"], times
+        for name in ("fast", "raw_sdpa"):
+            fused = [forward(label, config, name)["median_s"] for label in runs]
+            assert max(fused) < 1.1 * min(fused), (config, name, fused)
+
+
+def test_with_memory_reused_the_stacked_heads_stay_ahead_at_small_16_only():
+    # Reused memory closes most of the batched module's gap at small-16, not all of it; at GPT-2
+    # small, where it speeds the stacked heads up as well, the batched module is just ahead.
+    default, reuse = _load("1 thread"), _variant("malloc-reuse")
+    before = bench.compare_times(default, "small-16", "forward", "batched", "stacked")
+    after = bench.compare_times(reuse, "small-16", "forward", "batched", "stacked")
+    assert before["verdict"] == after["verdict"] == "stacked", (before, after)
+    assert after["ratio"] - 1 < 0.25 * (before["ratio"] - 1), (before, after)
+    gpt2 = bench.compare_times(reuse, "gpt2-small", "forward", "batched", "stacked")
+    assert gpt2["verdict"] == "batched" and gpt2["ratio"] > 0.9, gpt2
 
 
 # --- The chapter's tables and figure over the stored run -------------------------------------------

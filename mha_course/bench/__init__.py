@@ -16,7 +16,7 @@ The package, one concern per module:
 * :mod:`~mha_course.bench.memory` - peak memory in a fresh child process (POSIX only; imported
   only by a run that measures it);
 * :mod:`~mha_course.bench.run` - the run itself;
-* :mod:`~mha_course.bench.results` and :mod:`~mha_course.bench.plots` - files, tables, figure;
+* :mod:`~mha_course.bench.results` and :mod:`~mha_course.bench.plots` - files, tables, figures;
 * :mod:`~mha_course.bench.decode` - ``bench --decode`` (chapter 6): the time to generate one token
   with and without a key/value cache, at several lengths, in the same results format.
 
@@ -26,9 +26,9 @@ Importing this package, and reading results, works on any operating system.
 
 from ..implementations import IMPLEMENTATIONS, Implementation, build_implementations
 from .decode import (DECODE_IMPLEMENTATIONS, DECODE_MODE, decode_rows, decode_steps, decode_summary, decode_table,
-                     plot_decode, run_decode_benchmark)
+                     run_decode_benchmark)
 from .machine import MachineState, matmul_ceiling, stability_warnings
-from .plots import plot_results
+from .plots import plot_decode, plot_relative_times, plot_results
 from .results import (BASELINES, FORMAT_VERSION, add_ratios, compare_times, load_results, lookup, results_table,
                       select, summary, write_results)
 from .run import run_benchmark
@@ -42,7 +42,7 @@ __all__ = [
     "BenchConfig", "CONFIGS", "QUICK_CONFIGS", "ALL_CONFIGS", "BenchSettings", "run_benchmark",
     "MachineState", "matmul_ceiling", "stability_warnings", "FORMAT_VERSION", "BASELINES", "add_ratios",
     "write_results", "load_results", "select", "lookup", "compare_times", "results_table", "summary",
-    "plot_results", "DecodeSettings", "DECODE_CONFIGS", "QUICK_DECODE_CONFIGS", "ALL_DECODE_CONFIGS",
+    "plot_results", "plot_relative_times", "DecodeSettings", "DECODE_CONFIGS", "QUICK_DECODE_CONFIGS", "ALL_DECODE_CONFIGS",
     "DECODE_IMPLEMENTATIONS", "DECODE_MODE", "run_decode_benchmark", "decode_steps", "decode_rows", "decode_table",
     "decode_summary", "plot_decode",
 ]

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
-from pathlib import Path
 
 import torch
 
@@ -209,52 +208,3 @@ def decode_summary(results: dict) -> str:
     return (f"{meta['device_name']} ({meta['device']}, {threads_text(meta)}), torch {meta['torch']}, {meta['date']}; "
             f"matmul ceiling {meta['matmul_ceiling']['flops_per_s'] / 1e9:.1f} GFLOP/s; run took "
             f"{meta['wall_time_s']:.0f} s\n\n{decode_table(results)}")
-
-
-def plot_decode(results: dict):
-    """Time per generated token against the sequence length, with and without the cache (log-log).
-
-    Example:
-        >>> rows = [{"config": f"decode-{t}", "implementation": n, "mode": "decode", "num_tokens": t,
-        ...          "median_s": s, "iqr_s": 0.0} for t, a, b in ((8, 2e-4, 1e-4), (32, 8e-4, 1e-4))
-        ...         for n, s in (("recompute", a), ("kv_cache", b))]
-        >>> fig = plot_decode({"rows": rows})
-        >>> fig.axes[0].get_legend_handles_labels()[1]
-        ['no cache (recompute)', 'with a KV cache']
-    """
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter
-
-    pairs = decode_rows(results)
-    tokens = [recompute["num_tokens"] for recompute, _ in pairs]
-    fig, ax = plt.subplots(figsize=(5.2, 3.4))
-    styles = {"recompute": ("no cache (recompute)", plt.get_cmap("viridis")(0.0), "o", "-"),
-              "kv_cache": ("with a KV cache", plt.get_cmap("viridis")(0.6), "s", "--")}
-    for index, name in enumerate(DECODE_IMPLEMENTATIONS):
-        label, colour, marker, style = styles[name]
-        medians = [pair[index]["median_s"] * 1e3 for pair in pairs]
-        spread = [pair[index]["iqr_s"] * 1e3 / 2 for pair in pairs]
-        ax.errorbar(tokens, medians, yerr=spread, label=label, color=colour, marker=marker, linestyle=style,
-                    lw=1.8, capsize=3)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xticks(tokens, [str(t) for t in tokens])
-    ax.minorticks_off()
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-    ax.tick_params(labelsize=9)
-    ax.set_xlabel("tokens T in the sequence, the new one included", fontsize=9.5)
-    ax.set_ylabel("ms per generated token (median)", fontsize=9.5)
-    ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=9.5, frameon=False)
-    fig.tight_layout()
-    return fig
-
-
-def save_decode_plot(results: dict, path) -> Path:
-    """Draw :func:`plot_decode` into ``path`` (PNG) and return the path."""
-    import matplotlib.pyplot as plt
-
-    fig = plot_decode(results)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return Path(path)

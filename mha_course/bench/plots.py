@@ -1,5 +1,11 @@
-"""The benchmark's figures: bar charts of one metric per (mode, size), and times relative to one
-implementation, a panel per size (chapter 4)."""
+"""The benchmark's figures: bar charts of one metric per (mode, size), times relative to one
+implementation with a panel per size (chapter 4), and the time per generated token with and
+without a key/value cache (chapter 6).
+
+Every figure is drawn in the book's house style (:func:`mha_course.plots.house_style`), at most the
+book's column wide. matplotlib is imported only when a figure is drawn, so that reading results
+does not need it.
+"""
 
 from __future__ import annotations
 
@@ -9,48 +15,59 @@ from typing import Iterable
 from .results import lookup, select, threads_text
 from .steps import MODES
 
-#: Okabe and Ito's colour-blind-safe palette (black left out), for bars told apart by colour.
-PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442")
-
 
 def plot_results(results: dict, metric: str = "median_s", configs: Iterable[str] | None = None):
     """Bar charts of one metric: a panel per (mode, config), one bar per implementation.
 
     ``metric`` is ``"median_s"`` (drawn in ms, with the spread as an error bar) or
     ``"peak_bytes"`` (drawn in MiB). Returns the matplotlib figure.
+
+    Example:
+        >>> rows = [{"config": "tiny", "implementation": name, "mode": "forward", "median_s": s,
+        ...          "iqr_s": 0.0} for name, s in (("stacked", 2e-3), ("batched", 1e-3))]
+        >>> results = {"configs": [{"name": "tiny"}], "implementations": {"stacked": {}, "batched": {}},
+        ...            "rows": rows, "meta": {"device_name": "a CPU", "device": "cpu", "threads": 1,
+        ...                                   "torch": "2", "date": "today"}}
+        >>> fig = plot_results(results)
+        >>> [ax.get_title() for ax in fig.axes], [t.get_text() for t in fig.axes[0].get_yticklabels()]
+        (['tiny\\nforward'], ['stacked', 'batched'])
     """
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    from ..plots import COLUMN_WIDTH, HEAD_PALETTE, NEUTRAL, house_style
 
     if metric not in ("median_s", "peak_bytes"):
         raise ValueError(f"metric must be 'median_s' or 'peak_bytes', got {metric!r}.")
     configs = list(configs or [c["name"] for c in results["configs"]])
     modes = [m for m in MODES if select(results, mode=m)]
     names = list(results["implementations"])
-    figure, axes = plt.subplots(len(modes), len(configs), figsize=(3.4 * len(configs), 0.45 * len(names) * len(modes) + 1.2),
-                                squeeze=False, sharey=True)
     scale, unit = (1e3, "ms") if metric == "median_s" else (1 / 2**20, "MiB")
-    for i, mode in enumerate(modes):
-        for j, config in enumerate(configs):
-            ax = axes[i][j]
-            for k, name in enumerate(names):
-                rows = select(results, config, mode, name, measured_only=False)
-                if rows and rows[0].get("skipped"):
-                    ax.text(0, k, " n/a", va="center", fontsize=8, color="grey")
-                if not rows or rows[0].get(metric) is None:
-                    continue
-                value = rows[0][metric] * scale
-                error = rows[0]["iqr_s"] * scale / 2 if metric == "median_s" else None
-                ax.barh(k, value, xerr=error, color=PALETTE[k % len(PALETTE)])
-            ax.set_yticks(range(len(names)), names)
-            ax.set_title(f"{config}, {mode}", fontsize=9)
-            ax.set_xlabel(unit)
-            ax.grid(axis="x", alpha=0.3)
-    axes[0][0].invert_yaxis()  # the axes share y: invert once, so the course's order reads top-down
-    meta = results["meta"]
-    what = "median time per call" if metric == "median_s" else "peak memory of one call"
-    figure.suptitle(f"{what}: {meta['device_name']} ({meta['device']}, {threads_text(meta)}), "
-                    f"torch {meta['torch']}, {meta['date']}", fontsize=10)
-    figure.tight_layout()
+    with house_style():
+        figure, axes = plt.subplots(len(modes), len(configs), squeeze=False, sharey=True, layout="constrained",
+                                    figsize=(COLUMN_WIDTH, 0.3 * len(names) * len(modes) + 1.1 * len(modes) + 0.5))
+        for i, mode in enumerate(modes):
+            for j, config in enumerate(configs):
+                ax = axes[i][j]
+                for k, name in enumerate(names):
+                    rows = select(results, config, mode, name, measured_only=False)
+                    if rows and rows[0].get("skipped"):
+                        ax.text(0, k, " n/a", va="center", color=NEUTRAL)
+                    if not rows or rows[0].get(metric) is None:
+                        continue
+                    value = rows[0][metric] * scale
+                    error = rows[0]["iqr_s"] * scale / 2 if metric == "median_s" else None
+                    ax.barh(k, value, xerr=error, color=HEAD_PALETTE[k % len(HEAD_PALETTE)])
+                ax.set_yticks(range(len(names)), names)
+                ax.xaxis.set_major_locator(MaxNLocator(nbins=3))
+                ax.set_title(f"{config}\n{mode}")
+                ax.set_xlabel(unit)
+                ax.grid(axis="x", alpha=0.3)
+        axes[0][0].invert_yaxis()  # the axes share y: invert once, so the course's order reads top-down
+        meta = results["meta"]
+        what = "median time per call" if metric == "median_s" else "peak memory of one call"
+        figure.suptitle(f"{what}: {meta['device_name']} ({meta['device']}, {threads_text(meta)}),\n"
+                        f"torch {meta['torch']}, {meta['date']}")
     return figure
 
 
@@ -63,44 +80,106 @@ def plot_relative_times(results: dict, configs: Iterable[str] | None = None, ref
 
     Returns:
         The matplotlib figure.
+
+    Example:
+        >>> rows = [{"config": "tiny", "implementation": name, "mode": mode, "median_s": s, "iqr_s": 0.0}
+        ...         for name, s in (("stacked", 2e-3), ("batched", 1e-3))
+        ...         for mode in ("forward", "forward+backward")]
+        >>> fig = plot_relative_times({"configs": [{"name": "tiny"}], "rows": rows,
+        ...                            "implementations": {"stacked": {}, "batched": {}}})
+        >>> [round(float(bar.get_width()), 2) for bar in fig.axes[0].patches]  # ratio - 1, from the line at 1
+        [1.0, 1.0, 0.0, 0.0]
     """
     import matplotlib.pyplot as plt
+
+    from ..plots import COLUMN_WIDTH, HEAD_PALETTE, NEUTRAL, house_style
 
     configs = list(configs or [c["name"] for c in results["configs"]])
     names = list(results["implementations"])
     modes = [m for m in MODES if select(results, mode=m)]
-    styles = {"forward": dict(color=PALETTE[0], hatch=None, label="forward"),
-              "forward+backward": dict(color=PALETTE[1], hatch="///", label="training step")}
-    figure, axes = plt.subplots(1, len(configs), figsize=(7.3, 0.42 * len(names) + 1.6),
-                                sharey=True, squeeze=False)
+    styles = {"forward": dict(color=HEAD_PALETTE[0], hatch=None, label="forward"),
+              "forward+backward": dict(color=HEAD_PALETTE[1], hatch="///", label="training step")}
     height = 0.8 / len(modes)
-    for ax, config in zip(axes[0], configs):
-        for k, name in enumerate(names):
-            for m, mode in enumerate(modes):
-                rows = select(results, config, mode, name)
-                y = k - 0.4 + height * (m + 0.5)
-                if not rows:
-                    ax.text(1.0, y, " n/a", va="center", fontsize=9, color="#555555")
-                    continue
-                ratio = rows[0]["median_s"] / lookup(results, config, mode, reference)["median_s"]
-                style = styles[mode]
-                ax.barh(y, ratio - 1.0, left=1.0, height=height, color=style["color"], hatch=style["hatch"],
-                        edgecolor="white" if style["hatch"] else style["color"],
-                        label=style["label"] if k == 0 else None)
-        ax.axvline(1.0, color="#555555", linewidth=1)
-        ax.set_xscale("log")
-        ax.set_xlim(0.2, 3.0)
-        ax.set_xticks([0.25, 0.5, 1, 2], ["0.25", "0.5", "1", "2"])
-        ax.minorticks_off()
-        ax.set_title(config, fontsize=10)
-        ax.set_xlabel(f"time ÷ {reference}")
-        ax.grid(axis="x", alpha=0.3)
-    axes[0][0].set_yticks(range(len(names)), names)
-    axes[0][0].invert_yaxis()  # the axes share y: invert once, so the course's order reads top-down
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
-    figure.tight_layout(rect=(0, 0.07, 1, 1))
+    with house_style():
+        figure, axes = plt.subplots(1, len(configs), figsize=(COLUMN_WIDTH, 0.42 * len(names) + 1.6),
+                                    sharey=True, squeeze=False, layout="constrained")
+        for ax, config in zip(axes[0], configs):
+            for k, name in enumerate(names):
+                for m, mode in enumerate(modes):
+                    rows = select(results, config, mode, name)
+                    y = k - 0.4 + height * (m + 0.5)
+                    if not rows:
+                        ax.text(1.0, y, " n/a", va="center", color=NEUTRAL)
+                        continue
+                    ratio = rows[0]["median_s"] / lookup(results, config, mode, reference)["median_s"]
+                    style = styles[mode]
+                    ax.barh(y, ratio - 1.0, left=1.0, height=height, color=style["color"], hatch=style["hatch"],
+                            edgecolor="white" if style["hatch"] else style["color"],
+                            label=style["label"] if k == 0 else None)
+            ax.axvline(1.0, color=NEUTRAL, linewidth=1)
+            ax.set_xscale("log")
+            ax.set_xlim(0.2, 3.0)
+            ax.set_xticks([0.25, 0.5, 1, 2], ["0.25", "0.5", "1", "2"])
+            ax.minorticks_off()
+            ax.set_title(config)
+            ax.set_xlabel(f"time ÷ {reference}")
+            ax.grid(axis="x", alpha=0.3)
+        axes[0][0].set_yticks(range(len(names)), names)
+        axes[0][0].invert_yaxis()  # the axes share y: invert once, so the course's order reads top-down
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        figure.legend(handles, labels, loc="outside lower center", ncol=len(labels), frameon=False)
     return figure
+
+
+def plot_decode(results: dict):
+    """Time per generated token against the sequence length, with and without the cache (log-log).
+
+    Example:
+        >>> rows = [{"config": f"decode-{t}", "implementation": n, "mode": "decode", "num_tokens": t,
+        ...          "median_s": s, "iqr_s": 0.0} for t, a, b in ((8, 2e-4, 1e-4), (32, 8e-4, 1e-4))
+        ...         for n, s in (("recompute", a), ("kv_cache", b))]
+        >>> fig = plot_decode({"rows": rows})
+        >>> fig.axes[0].get_legend_handles_labels()[1]
+        ['no cache (recompute)', 'with a KV cache']
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    from ..plots import SEQUENTIAL_CMAP, book_figsize, house_style
+    from .decode import DECODE_IMPLEMENTATIONS, decode_rows
+
+    pairs = decode_rows(results)
+    tokens = [recompute["num_tokens"] for recompute, _ in pairs]
+    colours = plt.get_cmap(SEQUENTIAL_CMAP)
+    styles = {"recompute": ("no cache (recompute)", colours(0.0), "o", "-"),
+              "kv_cache": ("with a KV cache", colours(0.6), "s", "--")}
+    with house_style():
+        fig, ax = plt.subplots(figsize=book_figsize(0.76, aspect=0.65))
+        for index, name in enumerate(DECODE_IMPLEMENTATIONS):
+            label, colour, marker, style = styles[name]
+            medians = [pair[index]["median_s"] * 1e3 for pair in pairs]
+            spread = [pair[index]["iqr_s"] * 1e3 / 2 for pair in pairs]
+            ax.errorbar(tokens, medians, yerr=spread, label=label, color=colour, marker=marker, linestyle=style,
+                        lw=1.8, capsize=3)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(tokens, [str(t) for t in tokens])
+        ax.minorticks_off()
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        ax.set_xlabel("tokens T in the sequence, the new one included")
+        ax.set_ylabel("ms per generated token (median)")
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(frameon=False)
+        fig.tight_layout()
+    return fig
+
+
+def _save(figure, path) -> Path:
+    import matplotlib.pyplot as plt
+
+    figure.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(figure)
+    return Path(path)
 
 
 def save_plot(results: dict, path) -> Path:
@@ -108,9 +187,9 @@ def save_plot(results: dict, path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    return _save(plot_results(results), path)
 
-    figure = plot_results(results)
-    figure.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(figure)
-    return Path(path)
+
+def save_decode_plot(results: dict, path) -> Path:
+    """Draw :func:`plot_decode` into ``path`` (PNG) and return the path."""
+    return _save(plot_decode(results), path)

@@ -80,12 +80,10 @@ def write_results(results: dict, out_dir, label: str | None = None, plot: bool =
         for row in results["rows"]:
             writer.writerow(row)
     if plot:
-        if benchmark == "decode":
-            from .decode import save_decode_plot as save_plot
-        else:
-            from .plots import save_plot
+        from .plots import save_decode_plot, save_plot
 
-        paths.append(save_plot(results, out_dir / f"{stem}.png"))
+        save = save_decode_plot if benchmark == "decode" else save_plot
+        paths.append(save(results, out_dir / f"{stem}.png"))
     return paths
 
 

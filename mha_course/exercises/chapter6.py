@@ -1,135 +1,29 @@
 """Exercises of chapter 6, sharing keys and values: expand key/value heads, one cached step, a cache's size.
 
-Every check draws its inputs afresh (a seed per run, written into the record so that the judge,
-in another process, rebuilds the same inputs), so a number copied from a failure message does
-not pass the next run. Each failure names the call, the learner's input and both results.
-
 The references are the package's: ``repeat_interleave`` as :class:`~mha_course.GroupedQueryAttention`
 uses it (6.1), the module itself with a :class:`~mha_course.KVCache` (6.2) and
-:func:`mha_course.cost.kv_cache_bytes` (6.3). An answer that calls those for the exercise it is
-asked to write (the module's forward, the cache's ``append``, the cost formulas) is refused: the
-probe watches which functions run while the answer does, and compares their code with the
-package's (:func:`package_calls`).
+:func:`mha_course.cost.kv_cache_bytes` (6.3). An answer that calls the module, the cache's
+``append`` or the cost formulas is refused (see :mod:`~mha_course.exercises.shortcuts`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import random
-import secrets
-import sys
-from pathlib import Path
+import copy
 
 import torch
 
 from .. import cost
-from ..device import get_device
 from ..grouped_query import GroupedQueryAttention
 from ..heads import merge_heads, split_heads
 from ..kv_cache import KVCache
-from .framework import (Check, Exercise, Failed, Mistake, Recorder, describe, expect_close, expect_shape,
-                        format_shape, plain, same, tensor_of, value_of)
+from .framework import Check, Exercise, Mistake
+from .probes import agrees, case_seed, chooser, device_check, generator, probe_on_devices
+from .records import (Failed, Recorder, describe, expect_close, expect_shape, format_shape, int_of, number, plain,
+                      same, seed_of, tensor_of, value_of)
+from .shortcuts import attention_modules, package
 
-# ----------------------------------------------------------------------------------------------
-# What every exercise of the chapter shares: a seed per run, and the package calls it refuses
-
-
-def draw_seed() -> int:
-    """A fresh seed for one run of a check (not the global random state, which checks leave alone)."""
-    return secrets.randbelow(2**31)
-
-
-#: The package's functions that do an exercise's work: (file, qualified name) -> how a message names it.
-PACKAGE_ANSWERS = {
-    ("grouped_query.py", "GroupedQueryAttention.forward"): "GroupedQueryAttention's forward (calling the module)",
-    ("grouped_query.py", "GroupedQueryAttention._weights_and_values"): "GroupedQueryAttention's attention",
-    ("grouped_query.py", "GroupedQueryAttention.attention_weights"): "GroupedQueryAttention.attention_weights",
-    ("kv_cache.py", "KVCache.append"): "KVCache.append",
-    ("cost.py", "kv_cache_bytes_per_token"): "mha_course.cost.kv_cache_bytes_per_token",
-    ("cost.py", "kv_cache_bytes"): "mha_course.cost.kv_cache_bytes",
-    ("cost.py", "kv_cache_sizes"): "mha_course.cost.kv_cache_sizes",
-}
-_PACKAGE_CODE = {fn.__code__ for fn in (GroupedQueryAttention.forward, GroupedQueryAttention._weights_and_values,
-                                        GroupedQueryAttention.attention_weights.__wrapped__, KVCache.append,
-                                        cost.kv_cache_bytes_per_token, cost.kv_cache_bytes, cost.kv_cache_sizes)}
-
-
-def package_answer(code) -> str | None:
-    """How a message names ``code`` if it is one of :data:`PACKAGE_ANSWERS`, else ``None``.
-
-    Matched by the code object itself or by its file and qualified name, so a second copy of the
-    package (the grader's) counts too.
-    """
-    path = Path(code.co_filename)
-    name = PACKAGE_ANSWERS.get((path.name, code.co_qualname))
-    if name is not None and (code in _PACKAGE_CODE or path.parent.name == "mha_course"):
-        return name
-    return None
-
-
-@contextlib.contextmanager
-def package_calls():
-    """Collect, while the block runs, the names of the package functions of :data:`PACKAGE_ANSWERS` it calls.
-
-    Example:
-        >>> with package_calls() as seen:
-        ...     _ = cost.kv_cache_bytes(2, 2, 4, num_tokens=3)
-        >>> seen
-        ['mha_course.cost.kv_cache_bytes', 'mha_course.cost.kv_cache_bytes_per_token']
-    """
-    seen: list[str] = []
-    previous = sys.getprofile()
-
-    def watch(frame, event, arg):
-        if event == "call":
-            name = package_answer(frame.f_code)
-            if name is not None and name not in seen:
-                seen.append(name)
-
-    sys.setprofile(watch)
-    try:
-        yield seen
-    finally:
-        sys.setprofile(previous)
-
-
-def _call_watched(rec: Recorder, key: str, fn, *args):
-    """``rec.call`` with the package calls it made recorded under ``key + ":package"``."""
-    with package_calls() as seen:
-        result = rec.call(key, fn, *args)
-    rec.note(f"{key}:package", seen)
-    return result
-
-
-def _own_work(*keys: str, what: str):
-    def run(record):
-        for key in keys:
-            called = plain(record.get(f"{key}:package", {"kind": "sequence", "value": []})) or []
-            if called:
-                raise Failed(f"{what} computed by your own code", f"a call to {called[0]}",
-                             "The exercise is to compute it yourself; the package's version is what the "
-                             "check compares your answer with.")
-    return run
-
-
-def _device_check(key: str, what: str):
-    def run(record):
-        asked = plain(record["device_asked"])
-        got = value_of(record, key, what)
-        if got.get("kind") == "sequence" and got["value"]:
-            got = got["value"][0]
-        if got.get("kind") != "tensor":
-            raise Failed("a torch.Tensor", describe(got))
-        if torch.device(got["device"]).type != torch.device(asked).type:
-            raise Failed(f"an output on {asked}, where the input is", f"one on {got['device']}",
-                         "Build new tensors from the inputs (torch.cat, repeat_interleave, the module's "
-                         "layers): a tensor made anew (torch.zeros, torch.tensor) lands on the CPU unless "
-                         "you pass its device.")
-    return run
-
-
-def _seed(record) -> int:
-    return int(plain(value_of(record, "seed", "the probe")))
+DEVICE_HINT = ("Build new tensors from the inputs (torch.cat, repeat_interleave, the module's layers): a tensor "
+               "made anew (torch.zeros, torch.tensor) lands on the CPU unless you pass its device.")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -143,8 +37,7 @@ def expand_case(seed: int, key: str) -> tuple[torch.Tensor, int]:
     ``grouped``: 2 or 3 key/value heads serving a different number of query heads each;
     ``multi-query``: one key/value head; ``multi-head``: as many as query heads.
     """
-    draw = random.Random(f"6.1 {key} {seed}")
-    generator = torch.Generator().manual_seed(seed)
+    draw, g = chooser(seed, f"6.1 {key}"), generator(seed, f"6.1 {key}")
     if key == "readable":
         values = draw.sample(range(1, 10), 2)
         return torch.tensor(values, dtype=torch.float32).view(1, 2, 1, 1), 2 * draw.randint(2, 4)
@@ -152,11 +45,11 @@ def expand_case(seed: int, key: str) -> tuple[torch.Tensor, int]:
         groups = draw.choice([2, 3])
         size = draw.choice([r for r in (2, 3, 4) if r != groups])  # repeating by the groups would give other shapes
         batch, tokens, head_dim = draw.randint(1, 2), draw.randint(1, 4), draw.randint(1, 3)
-        return torch.randn(batch, groups, tokens, head_dim, generator=generator), groups * size
+        return torch.randn(batch, groups, tokens, head_dim, generator=g), groups * size
     if key == "multi-query":
-        return torch.randn(draw.randint(1, 2), 1, draw.randint(1, 4), 2, generator=generator), draw.randint(2, 6)
+        return torch.randn(draw.randint(1, 2), 1, draw.randint(1, 4), 2, generator=g), draw.randint(2, 6)
     heads = draw.randint(2, 4)
-    return torch.randn(1, heads, draw.randint(1, 4), 3, generator=generator), heads
+    return torch.randn(1, heads, draw.randint(1, 4), 3, generator=g), heads
 
 
 EXPAND_CASES = ("readable", "grouped", "multi-query", "multi-head")
@@ -168,69 +61,54 @@ def reference_expand(kv: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 
 def _probe_expand(expand_kv_heads, rec: Recorder) -> None:
-    seed = draw_seed()
-    rec.note("seed", seed)
     for key in EXPAND_CASES:
-        kv, num_heads = expand_case(seed, key)
-        rec.call(key, expand_kv_heads, kv, num_heads)
-    device = get_device()
-    rec.note("device_asked", str(device))
-    kv, num_heads = expand_case(seed, "grouped")
-    rec.call("on_device", expand_kv_heads, kv.to(device), num_heads)
+        rec.call(key, expand_kv_heads, *expand_case(rec.seed, key))
+    kv, num_heads = expand_case(rec.seed, "grouped")
+    probe_on_devices(rec, "on", lambda device: expand_kv_heads(kv.to(device), num_heads))
 
 
-def _expand_call(kv: torch.Tensor, num_heads: int) -> str:
-    return f"expand_kv_heads(kv of shape {format_shape(kv.shape)}, num_heads={num_heads})"
+def _expand_got(record, key: str):
+    """``(the answer's tensor, the reference's, the call)`` of case ``key``."""
+    kv, num_heads = expand_case(seed_of(record), key)
+    call = f"expand_kv_heads(kv of shape {format_shape(kv.shape)}, num_heads={num_heads})"
+    return tensor_of(record, key, call), reference_expand(kv, num_heads), call
 
 
-def _expand_shape(key: str):
+def _expand_check(key: str, values: bool = True):
+    """The shape of case ``key`` and, with ``values``, its numbers."""
     def run(record):
-        kv, num_heads = expand_case(_seed(record), key)
-        got = tensor_of(record, key, _expand_call(kv, num_heads))
-        expected = reference_expand(kv, num_heads)
-        if tuple(got.shape) != tuple(expected.shape):
-            raise Failed(f"shape {format_shape(expected.shape)} from {_expand_call(kv, num_heads)}",
-                         f"shape {format_shape(got.shape)}")
+        got, expected, call = _expand_got(record, key)
+        try:
+            expect_shape(got, tuple(expected.shape))
+            if values:
+                expect_close(got, expected, labels=("sequence", "head", "token"))
+        except Failed as failure:
+            raise Failed(f"{failure.expected} from {call}", failure.got) from None
     return run
 
 
 def _readable_values(record):
-    kv, num_heads = expand_case(_seed(record), "readable")
-    got = tensor_of(record, "readable", _expand_call(kv, num_heads))
-    expected = reference_expand(kv, num_heads)
-    expect_shape(got, tuple(expected.shape))
+    got, expected, call = _expand_got(record, "readable")
     if not same(got, expected):
         def show(t):
             return "[" + ", ".join(f"{v:g}" for v in t.reshape(-1).tolist()) + "]"
+        kv, num_heads = expand_case(seed_of(record), "readable")
         raise Failed(f"query heads 1..{num_heads} to read {show(expected)} from key/value heads {show(kv)} "
-                     f"({_expand_call(kv, num_heads)})", show(got))
-
-
-def _expand_values(key: str):
-    def run(record):
-        kv, num_heads = expand_case(_seed(record), key)
-        got = tensor_of(record, key, _expand_call(kv, num_heads))
-        try:
-            expect_close(got, reference_expand(kv, num_heads), labels=("sequence", "head", "token"))
-        except Failed as failure:
-            raise Failed(f"{failure.expected} from {_expand_call(kv, num_heads)}", failure.got) from None
-    return run
+                     f"({call})", show(got))
 
 
 def _expand_like(fn, keys=("readable", "grouped")):
     """A detector: on every case of ``keys`` the answer returned ``fn(kv, num_heads)``."""
     def detect(record):
-        seed = _seed(record)
-        return all(same(plain(record[key]), fn(*expand_case(seed, key))) for key in keys)
+        return all(same(plain(record[key]), fn(*expand_case(seed_of(record), key))) for key in keys)
     return detect
 
 
 def _expand_only_for_one_group(record) -> bool:
     # kv.expand(-1, num_heads, -1, -1) stretches an axis of size 1 only: right for multi-query, an error otherwise.
     grouped = record["grouped"]
-    seed = _seed(record)
     return (grouped.get("kind") == "error" and "expanded size" in grouped["message"]
-            and same(plain(record["multi-query"]), reference_expand(*expand_case(seed, "multi-query"))))
+            and _expand_like(reference_expand, keys=("multi-query",))(record))
 
 
 EXPAND = Exercise(
@@ -240,14 +118,15 @@ EXPAND = Exercise(
     signature="expand_kv_heads(kv, num_heads)",
     probe=_probe_expand,
     checks=(
-        Check("returns a tensor", lambda r: tensor_of(r, "readable", _expand_call(*expand_case(_seed(r), "readable")))),
-        Check("one head per query head, shape (batch, num_heads, num_tokens, head_dim)", _expand_shape("readable")),
+        Check("returns a tensor", lambda r: _expand_got(r, "readable")),
+        Check("one head per query head, shape (batch, num_heads, num_tokens, head_dim)",
+              _expand_check("readable", values=False)),
         Check("each query head reads the key/value head of its group", _readable_values),
-        Check("shape with 2 or 3 key/value heads", _expand_shape("grouped")),
-        Check("values with 2 or 3 key/value heads", _expand_values("grouped")),
-        Check("multi-query: one key/value head for every query head", _expand_values("multi-query")),
-        Check("multi-head: as many key/value heads as query heads", _expand_values("multi-head")),
-        Check("output on the input's device", _device_check("on_device", "the call on the device")),
+        Check("shape with 2 or 3 key/value heads", _expand_check("grouped", values=False)),
+        Check("values with 2 or 3 key/value heads", _expand_check("grouped")),
+        Check("multi-query: one key/value head for every query head", _expand_check("multi-query")),
+        Check("multi-head: as many key/value heads as query heads", _expand_check("multi-head")),
+        Check("output on the input's device", device_check("on", "expand_kv_heads", DEVICE_HINT)),
     ),
     mistakes=(
         Mistake("repeat",
@@ -281,6 +160,7 @@ EXPAND = Exercise(
                 "reshaped to (B, g * r, T, d_h).",
                 _expand_only_for_one_group),
     ),
+    shortcuts=(),  # the module repeats inline: the package has no function of its own to refuse
 )
 
 # ----------------------------------------------------------------------------------------------
@@ -293,34 +173,27 @@ STEP_CASES = ("grouped", "multi-query", "multi-head", "first")
 def step_case(seed: int, key: str):
     """``(gqa, x, num_cached)`` of one case of 6.2, drawn from ``seed``: a seeded module in eval mode
     and a ``(batch, num_cached + 1, d_in)`` sequence whose last token is the new one."""
-    draw = random.Random(f"6.2 {key} {seed}")
-    if key == "grouped":
-        groups, size, bias, cached = draw.choice([2, 3]), draw.choice([2, 3]), True, draw.randint(2, 6)
-    elif key == "multi-query":
-        groups, size, bias, cached = 1, draw.randint(2, 4), False, draw.randint(1, 5)
-    elif key == "multi-head":
-        groups, size, bias, cached = draw.randint(2, 3), 1, False, draw.randint(1, 5)
-    else:
-        groups, size, bias, cached = 2, 2, True, 0
+    draw = chooser(seed, f"6.2 {key}")
+    groups, size, bias, cached = {  # key/value heads, query heads per key/value head, qkv_bias, cached tokens
+        "grouped": lambda: (draw.choice([2, 3]), draw.choice([2, 3]), True, draw.randint(2, 6)),
+        "multi-query": lambda: (1, draw.randint(2, 4), False, draw.randint(1, 5)),
+        "multi-head": lambda: (draw.randint(2, 3), 1, False, draw.randint(1, 5)),
+        "first": lambda: (2, 2, True, 0)}[key]()
     batch, head_dim, d_in = draw.randint(1, 2), draw.randint(2, 4), draw.randint(3, 6)
     heads = groups * size
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        torch.manual_seed(case_seed(seed, f"6.2 {key} weights"))
         gqa = GroupedQueryAttention(d_in, heads * head_dim, cached + 1, 0.0, heads, groups, qkv_bias=bias).eval()
-    x = torch.randn(batch, cached + 1, d_in, generator=torch.Generator().manual_seed(seed + 1))
+    x = torch.randn(batch, cached + 1, d_in, generator=generator(seed, f"6.2 {key} x"))
     return gqa, x, cached
 
 
 def step_inputs(gqa: GroupedQueryAttention, x: torch.Tensor, num_cached: int):
-    """``(x_new, past_keys, past_values)``: the last token and the cache of the ones before it."""
-    batch = x.shape[0]
-    if num_cached == 0:
-        empty = torch.empty(batch, gqa.num_kv_groups, 0, gqa.head_dim, dtype=x.dtype, device=x.device)
-        return x[:, -1:], empty, empty.clone()
-    cache = KVCache()
+    """``(x_new, past_keys, past_values)``: the last token, and the keys and values of the ones before it."""
     with torch.no_grad():
-        gqa(x[:, :num_cached], cache=cache)
-    return x[:, num_cached:], cache.keys, cache.values
+        past = [split_heads(layer(x[:, :num_cached]), gqa.num_kv_groups)  # (B, g, T, d_h)
+                for layer in (gqa.W_key, gqa.W_value)]
+    return x[:, num_cached:], *past
 
 
 def step_expected(gqa: GroupedQueryAttention, x: torch.Tensor, num_cached: int):
@@ -334,14 +207,11 @@ def step_expected(gqa: GroupedQueryAttention, x: torch.Tensor, num_cached: int):
 @torch.no_grad()
 def step_variant(gqa: GroupedQueryAttention, x_new, past_keys, past_values, *, expand: str = "interleave",
                  scale: bool = True, attend_new: bool = True, new_first: bool = False, out_proj: bool = True,
-                 bias: bool = True, softmax_dim: int = -1, first_position_only: bool = False):
-    """``decode_step`` written out with a chosen mistake; the defaults give the correct step.
-
-    The catalogue of 6.2 runs these variants on the probe's inputs and compares them with what the
-    learner's function returned.
-    """
-    def project(layer, t):
-        return t @ layer.weight.T + (layer.bias if bias and layer.bias is not None else 0)
+                 biases: tuple[str, ...] = ("qkv", "out"), softmax_dim: int = -1, first_position_only: bool = False,
+                 append: bool = True):
+    """``decode_step`` written out with a chosen mistake (the catalogue of 6.2); the defaults give the correct step."""
+    def project(layer, t, which="qkv"):
+        return t @ layer.weight.T + (layer.bias if which in biases and layer.bias is not None else 0)
 
     queries = split_heads(project(gqa.W_query, x_new), gqa.num_heads)  # (B, h, 1, d_h)
     new_keys = split_heads(project(gqa.W_key, x_new), gqa.num_kv_groups)  # (B, g, 1, d_h)
@@ -350,12 +220,11 @@ def step_variant(gqa: GroupedQueryAttention, x_new, past_keys, past_values, *, e
     keys = torch.cat(parts(past_keys, new_keys), dim=2)  # (B, g, T + 1, d_h)
     values = torch.cat(parts(past_values, new_values), dim=2)  # (B, g, T + 1, d_h)
     read_keys, read_values = (keys, values) if attend_new else (past_keys, past_values)
-    if expand == "interleave":
-        read_keys = read_keys.repeat_interleave(gqa.group_size, dim=1)  # (B, h, T + 1, d_h)
-        read_values = read_values.repeat_interleave(gqa.group_size, dim=1)
+    r = gqa.group_size
+    if expand == "interleave":  # g0 g0 g1 g1 ...: (B, h, T + 1, d_h)
+        read_keys, read_values = (t.repeat_interleave(r, dim=1) for t in (read_keys, read_values))
     else:  # "repeat": g0 g1 g0 g1 ...
-        read_keys = read_keys.repeat(1, gqa.group_size, 1, 1)
-        read_values = read_values.repeat(1, gqa.group_size, 1, 1)
+        read_keys, read_values = (t.repeat(1, r, 1, 1) for t in (read_keys, read_values))
     scores = queries @ read_keys.transpose(2, 3)  # (B, h, 1, T + 1)
     if scale:
         scores = scores / gqa.head_dim**0.5
@@ -363,22 +232,19 @@ def step_variant(gqa: GroupedQueryAttention, x_new, past_keys, past_values, *, e
         scores[..., 1:] = float("-inf")
     weights = torch.softmax(scores, dim=softmax_dim)
     context = merge_heads(weights @ read_values)  # (B, 1, d_out)
-    output = project(gqa.out_proj, context) if out_proj else context
-    return output, keys, values
+    output = project(gqa.out_proj, context, "out") if out_proj else context
+    return (output, keys, values) if append else (output, past_keys, past_values)
 
 
 def _probe_step(decode_step, rec: Recorder) -> None:
-    seed = draw_seed()
-    rec.note("seed", seed)
     for key in STEP_CASES:
-        gqa, x, cached = step_case(seed, key)
+        gqa, x, cached = step_case(rec.seed, key)
         x_new, past_keys, past_values = step_inputs(gqa, x, cached)
-        _call_watched(rec, key, decode_step, gqa, x_new, past_keys.clone(), past_values.clone())
-    device = get_device()
-    rec.note("device_asked", str(device))
-    gqa, x, cached = step_case(seed, "grouped")
+        rec.call(key, decode_step, gqa, x_new, past_keys.clone(), past_values.clone())
+    gqa, x, cached = step_case(rec.seed, "grouped")
     inputs = step_inputs(gqa, x, cached)
-    rec.call("on_device", decode_step, gqa.to(device), *(t.to(device) for t in inputs))
+    probe_on_devices(rec, "on", lambda device: decode_step(copy.deepcopy(gqa).to(device),
+                                                           *(t.to(device) for t in inputs))[0])
 
 
 def _step_call(gqa, x, cached) -> str:
@@ -390,7 +256,7 @@ def _step_call(gqa, x, cached) -> str:
 
 def _step_parts(record, key: str):
     """The learner's ``(output, keys, values)`` for case ``key``; a :class:`Failed` unless it is three tensors."""
-    gqa, x, cached = step_case(_seed(record), key)
+    gqa, x, cached = step_case(seed_of(record), key)
     summary = value_of(record, key, _step_call(gqa, x, cached))
     parts = summary.get("value") if summary.get("kind") == "sequence" else None
     if not parts or len(parts) != 3 or any(p.get("kind") != "tensor" for p in parts):
@@ -407,49 +273,27 @@ def _step_shapes(record):
                          f"{name} of shape {format_shape(got.shape)}")
 
 
-def _step_cache(index: int, name: str):
+def _step_part(index: int, key: str, name: str, labels: tuple[str, ...]):
+    """The check of part ``index`` of the answer (0 the output, 1 the keys, 2 the values) on case ``key``."""
     def run(record):
-        parts, (gqa, x, cached) = _step_parts(record, "grouped")
+        parts, (gqa, x, cached) = _step_parts(record, key)
         try:
-            expect_close(parts[index], step_expected(gqa, x, cached)[index],
-                         labels=("sequence", "key/value head", "position"))
+            expect_close(parts[index], step_expected(gqa, x, cached)[index], labels=labels)
         except Failed as failure:
             raise Failed(f"{name} {failure.expected} from {_step_call(gqa, x, cached)}", failure.got) from None
     return run
 
 
-def _step_output(key: str):
-    def run(record):
-        (output, _, _), (gqa, x, cached) = _step_parts(record, key)
-        try:
-            expect_close(output, step_expected(gqa, x, cached)[0], labels=("sequence", "token"))
-        except Failed as failure:
-            raise Failed(f"the new token's output {failure.expected} from {_step_call(gqa, x, cached)}",
-                         failure.got) from None
-    return run
+_CACHE_LABELS, _TOKEN_LABELS = ("sequence", "key/value head", "position"), ("sequence", "token")
 
 
 def _step_like(part: int = 0, key: str = "grouped", **how):
     """A detector: part ``part`` of the answer on case ``key`` equals the variant with mistake ``how``."""
     def detect(record):
-        gqa, x, cached = step_case(_seed(record), key)
+        gqa, x, cached = step_case(seed_of(record), key)
         got = plain(record[key])[part]
         return same(got, step_variant(gqa, *step_inputs(gqa, x, cached), **how)[part])
     return detect
-
-
-def _keys_not_appended(record) -> bool:
-    gqa, x, cached = step_case(_seed(record), "grouped")
-    _, past_keys, _ = step_inputs(gqa, x, cached)
-    return same(plain(record["grouped"])[1], past_keys)
-
-
-def _bias_ignored(record) -> bool:
-    gqa, x, cached = step_case(_seed(record), "grouped")
-    inputs = step_inputs(gqa, x, cached)
-    got = plain(record["grouped"])[0]
-    without = step_variant(gqa, *inputs, bias=False)[0]
-    return same(got, without) or same(got, without + gqa.out_proj.bias.detach())  # out_proj called itself
 
 
 STEP = Exercise(
@@ -460,22 +304,21 @@ STEP = Exercise(
     probe=_probe_step,
     checks=(
         Check("returns (output, keys, values)", lambda r: _step_parts(r, "grouped")),
-        Check("your own step, not the module's or the cache's", _own_work(*STEP_CASES, what="the step")),
         Check("shapes: output (batch, 1, d_out), keys and values (batch, num_kv_groups, T + 1, head_dim)",
               _step_shapes),
-        Check("keys: the cached ones, then the new token's", _step_cache(1, "keys")),
-        Check("values: the cached ones, then the new token's", _step_cache(2, "values")),
-        Check("the new token's output, grouped-query", _step_output("grouped")),
-        Check("the new token's output, multi-query", _step_output("multi-query")),
-        Check("the new token's output, multi-head", _step_output("multi-head")),
-        Check("the first token of a sequence (an empty cache)", _step_output("first")),
-        Check("output on the input's device", _device_check("on_device", "the call on the device")),
+        Check("keys: the cached ones, then the new token's", _step_part(1, "grouped", "keys", _CACHE_LABELS)),
+        Check("values: the cached ones, then the new token's", _step_part(2, "grouped", "values", _CACHE_LABELS)),
+        *(Check(f"the new token's output, {kind}", _step_part(0, key, "the new token's output", _TOKEN_LABELS))
+          for key, kind in (("grouped", "grouped-query"), ("multi-query",) * 2, ("multi-head",) * 2)),
+        Check("the first token of a sequence (an empty cache)",
+              _step_part(0, "first", "the new token's output", _TOKEN_LABELS)),
+        Check("output on the input's device", device_check("on", "decode_step", DEVICE_HINT)),
     ),
     mistakes=(
         Mistake("keys-not-appended",
                 "You returned the cached keys as they were: the next step must find this token's key and "
                 "value too. Return torch.cat([past_keys, new_keys], dim=2) and the same for values.",
-                _keys_not_appended),
+                _step_like(1, append=False)),
         Mistake("new-token-first",
                 "Your keys and values put the new token first. The cache keeps positions in order, so "
                 "the new token goes last: torch.cat([past_keys, new_keys], dim=2).",
@@ -500,7 +343,7 @@ STEP = Exercise(
         Mistake("bias-ignored",
                 "Your projections leave out the biases (this layer has qkv_bias=True). Call the layers "
                 "themselves, gqa.W_query(x_new), rather than multiplying by their weights.",
-                _bias_ignored),
+                lambda r: _step_like(biases=())(r) or _step_like(biases=("out",))(r)),  # out_proj called itself
         Mistake("softmax-over-queries",
                 "The softmax ran over the query axis, which has one entry, so every weight became 1. "
                 "Normalise over the keys, the last axis: torch.softmax(scores, dim=-1).",
@@ -511,6 +354,11 @@ STEP = Exercise(
                 "and itself, so one new token needs no mask at all.",
                 _step_like(first_position_only=True)),
     ),
+    shortcuts=attention_modules(keep=(GroupedQueryAttention,))
+    + package(GroupedQueryAttention, why="Calling gqa (or its attention_weights) runs the module's own attention. "
+              "Compute the step from its layers: gqa.W_query(x_new), gqa.W_key, gqa.W_value, then gqa.out_proj.")
+    + package(KVCache.append, why="KVCache.append is the package's cache. Append the new token's keys and "
+              "values yourself: torch.cat([past_keys, new_keys], dim=2)."),
 )
 
 # ----------------------------------------------------------------------------------------------
@@ -533,15 +381,32 @@ def size_variant(num_layers, num_heads, num_kv_groups, head_dim, num_tokens, bat
     return size / 2**20 if mistake == "mib" else size
 
 
-SIZE_MISTAKES = ("keys-only", "query-heads", "group-size", "one-layer", "batch-ignored", "per-token",
-                 "tokens-squared", "bits", "mib")
+#: The catalogue of 6.3, each mistake's message (:func:`size_variant` gives its number).
+SIZE_MESSAGES = {
+    "mib": "You returned MiB; the exercise asks for bytes. Leave out the division by 2**20.",
+    "keys-only": "Half the right size: the cache holds a key AND a value for every token, head and layer "
+        "(the factor 2).",
+    "query-heads": "You counted the query heads. Queries are never cached, and the key/value heads are "
+        "num_kv_groups, not num_heads: that is the whole saving of grouped-query attention.",
+    "group-size": "You used num_heads // num_kv_groups, the query heads that share one key/value head. The "
+        "cache holds one key and one value per group: num_kv_groups heads.",
+    "one-layer": "That is one layer's cache. Every attention layer keeps its own: multiply by num_layers.",
+    "batch-ignored": "That is one sequence's cache. Every sequence of the batch has its own: multiply by "
+        "batch_size.",
+    "per-token": "That is the cache of one token. It grows with every token held: multiply by num_tokens.",
+    "tokens-squared": "You multiplied by num_tokens squared, as for a score tensor. The cache holds one key "
+        "and one value per token: it grows in proportion to num_tokens, not its square.",
+    "bits": "Eight times too much: you counted bits. bytes_per_number is already in bytes "
+        "(2 for float16, 4 for float32).",
+}
+SIZE_MISTAKES = tuple(SIZE_MESSAGES)
 SIZE_CASES = ("model", "another model", "multi-query", "multi-head")
 
 
 def size_case(seed: int, key: str) -> tuple[int, ...]:
     """The arguments of one call of 6.3, drawn from ``seed``; for ``model`` and ``another model``
     every catalogued mistake gives a number of its own."""
-    draw = random.Random(f"6.3 {key} {seed}")
+    draw = chooser(seed, f"6.3 {key}")
     while True:
         heads = draw.choice([8, 12, 16, 24, 32, 40, 48, 64])
         groups = {"multi-query": 1, "multi-head": heads}.get(
@@ -560,48 +425,28 @@ def _size_call(args) -> str:
 
 
 def _probe_size(kv_cache_size, rec: Recorder) -> None:
-    seed = draw_seed()
-    rec.note("seed", seed)
     for key in SIZE_CASES:
-        _call_watched(rec, key, kv_cache_size, *size_case(seed, key))
+        rec.call(key, kv_cache_size, *size_case(rec.seed, key))
 
 
-def _size_number(record, key: str):
-    args = size_case(_seed(record), key)
-    summary = value_of(record, key, _size_call(args))
-    value = summary.get("value")
-    if summary.get("kind") == "tensor" and value.numel() == 1 and not value.is_floating_point():
-        value = int(value.item())
-    elif summary.get("kind") == "float" and float(value).is_integer():
-        value = int(value)
-    elif summary.get("kind") != "int":
-        raise Failed(f"a whole number of bytes from {_size_call(args)}", describe(summary))
-    return value, args
-
-
-def _size_value(key: str):
+def _size_check(key: str, value: bool = True):
+    """A whole number of bytes for case ``key`` and, with ``value``, the right one."""
     def run(record):
-        got, args = _size_number(record, key)
+        args = size_case(seed_of(record), key)
+        try:
+            got = int_of(record, key, _size_call(args))
+        except Failed as failure:
+            raise Failed(f"a whole number of bytes from {_size_call(args)}", failure.got) from None
         expected = cost.kv_cache_bytes(args[0], args[2], args[3], args[4], args[5], args[6])
-        if got != expected:
+        if value and got != expected:
             raise Failed(f"{expected:,} bytes from {_size_call(args)}", f"{got:,}")
     return run
 
 
 def _size_like(mistake: str):
     def detect(record):
-        seed = _seed(record)
-        for key in ("model", "another model"):
-            summary = record[key]
-            got = summary.get("value")
-            if isinstance(got, torch.Tensor):
-                got = got.item() if got.numel() == 1 else None
-            if summary.get("kind") not in ("int", "float", "tensor") or got is None:
-                return False
-            wrong = size_variant(*size_case(seed, key), mistake=mistake)
-            if abs(float(got) - wrong) > 1e-9 * max(1.0, abs(wrong)):
-                return False
-        return True
+        return all(agrees(number(record[key]), size_variant(*size_case(seed_of(record), key), mistake=mistake),
+                          relative=1e-9) for key in ("model", "another model"))
     return detect
 
 
@@ -612,51 +457,17 @@ SIZE = Exercise(
     signature="kv_cache_size(" + ", ".join(SIZE_ARGUMENTS) + ")",
     probe=_probe_size,
     checks=(
-        Check("returns a whole number of bytes", lambda r: _size_number(r, "model")),
-        Check("your own formula, not the package's", _own_work(*SIZE_CASES, what="the size")),
-        Check("the cache of a grouped-query model", _size_value("model")),
-        Check("the cache of another grouped-query model", _size_value("another model")),
-        Check("multi-query: one key/value head", _size_value("multi-query")),
-        Check("multi-head: a key/value head per query head", _size_value("multi-head")),
+        Check("returns a whole number of bytes", _size_check("model", value=False)),
+        Check("the cache of a grouped-query model", _size_check("model")),
+        Check("the cache of another grouped-query model", _size_check("another model")),
+        Check("multi-query: one key/value head", _size_check("multi-query")),
+        Check("multi-head: a key/value head per query head", _size_check("multi-head")),
     ),
-    mistakes=(
-        Mistake("mib",
-                "You returned MiB; the exercise asks for bytes. Leave out the division by 2**20.",
-                _size_like("mib")),
-        Mistake("keys-only",
-                "Half the right size: the cache holds a key AND a value for every token, head and layer "
-                "(the factor 2).",
-                _size_like("keys-only")),
-        Mistake("query-heads",
-                "You counted the query heads. Queries are never cached, and the key/value heads are "
-                "num_kv_groups, not num_heads: that is the whole saving of grouped-query attention.",
-                _size_like("query-heads")),
-        Mistake("group-size",
-                "You used num_heads // num_kv_groups, the query heads that share one key/value head. The "
-                "cache holds one key and one value per group: num_kv_groups heads.",
-                _size_like("group-size")),
-        Mistake("one-layer",
-                "That is one layer's cache. Every attention layer keeps its own: multiply by num_layers.",
-                _size_like("one-layer")),
-        Mistake("batch-ignored",
-                "That is one sequence's cache. Every sequence of the batch has its own: multiply by "
-                "batch_size.",
-                _size_like("batch-ignored")),
-        Mistake("per-token",
-                "That is the cache of one token. It grows with every token held: multiply by num_tokens.",
-                _size_like("per-token")),
-        Mistake("tokens-squared",
-                "You multiplied by num_tokens squared, as for a score tensor. The cache holds one key "
-                "and one value per token: it grows in proportion to num_tokens, not its square.",
-                _size_like("tokens-squared")),
-        Mistake("bits",
-                "Eight times too much: you counted bits. bytes_per_number is already in bytes "
-                "(2 for float16, 4 for float32).",
-                _size_like("bits")),
-    ),
+    mistakes=tuple(Mistake(key, message, _size_like(key)) for key, message in SIZE_MESSAGES.items()),
+    shortcuts=package(cost.kv_cache_bytes_per_token, cost.kv_cache_bytes, cost.kv_cache_sizes),
 )
 
 EXERCISES = (EXPAND, STEP, SIZE)
 
-__all__ = ["EXERCISES", "PACKAGE_ANSWERS", "package_calls", "expand_case", "reference_expand", "step_case",
-           "step_inputs", "step_expected", "step_variant", "size_case", "size_variant", "draw_seed"]
+__all__ = ["EXERCISES", "expand_case", "reference_expand", "step_case", "step_inputs", "step_expected", "step_variant",
+           "size_case", "size_variant"]

@@ -9,6 +9,7 @@ and the judge, in different processes, draw the same tensors.
 
 from __future__ import annotations
 
+import random
 import zlib
 from typing import Any, Callable
 
@@ -35,6 +36,12 @@ def case_seed(seed: int, salt: str) -> int:
 
 def generator(seed: int, salt: str) -> torch.Generator:
     return torch.Generator().manual_seed(case_seed(seed, salt))
+
+
+def chooser(seed: int, salt: str) -> random.Random:
+    """Choices among given values (``choice``, ``sample``, ``randint``) for one case of one run, the
+    same for the same ``(seed, salt)`` in any process."""
+    return random.Random(case_seed(seed, salt))
 
 
 def draw(seed: int, salt: str, ranges: dict[str, tuple[int, int]], distinct: bool = True) -> dict[str, int]:

@@ -7,9 +7,13 @@ it is about (``scaled_dot_product_attention`` in a forward pass written by hand)
 runs the learner's code, a profile hook (:func:`sys.setprofile`) notes every call whose *code
 object* is one of theirs. Matching code objects rather than names catches an answer however it
 reaches the reference: imported under another name, through a subclass, ``functools.partial``,
-a module attribute, or a package function that calls it in turn. The building blocks an exercise
-is meant to use (``CausalAttention`` inside a wrapper of heads, ``nn.Linear``...) are simply not on
-its list.
+a module attribute, or a package function that calls it in turn. Code objects compare by their
+contents, not their file, so a byte-identical copy of the package (the grader's private copy, a
+module reloaded) matches as it is; a function is also known by its *place* (:func:`place`: its file
+below a folder named ``mha_course`` and its qualified name), so that a copy whose code differs
+(another version of the package, an edited copy imported under another name) counts too. The
+building blocks an exercise is meant to use (``CausalAttention`` inside a wrapper of heads,
+``nn.Linear``...) are simply not on its list.
 
 The functions of the checks themselves (the references and catalogue variants of
 ``mha_course.exercises``) count as shortcuts for every exercise.
@@ -26,6 +30,7 @@ import inspect
 import sys
 import types
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Any, Iterable
 
 from .records import Failed, plain
@@ -37,7 +42,28 @@ IS_KEY = "__answer_is__"  # label of the shortcut the answer itself is (or subcl
 #: The modules of the checks; their functions are every exercise's shortcuts.
 CHECK_MODULES = ("mha_course.exercises.chapter1", "mha_course.exercises.chapter2",
                  "mha_course.exercises.chapter3", "mha_course.exercises.capstone",
-                 "mha_course.exercises.chapter4", "mha_course.exercises.chapter5")
+                 "mha_course.exercises.chapter4", "mha_course.exercises.chapter5",
+                 "mha_course.exercises.chapter6")
+
+#: The package's folder, in every copy of it (the grader's private copy, a copy imported under another name).
+PACKAGE_FOLDER = "mha_course"
+
+
+def place(code: types.CodeType) -> tuple[str, str] | None:
+    """Where ``code`` sits in a copy of the package: its file below the (last) folder named
+    ``mha_course``, and its qualified name; ``None`` for code outside any such folder.
+
+    Example:
+        >>> from mha_course import cost
+        >>> place(cost.kv_cache_bytes.__code__)
+        ('cost.py', 'kv_cache_bytes')
+    """
+    parts = PurePath(code.co_filename).parts
+    folders = parts[:-1]
+    if PACKAGE_FOLDER not in folders:
+        return None
+    last = len(folders) - 1 - folders[::-1].index(PACKAGE_FOLDER)
+    return "/".join(parts[last + 1:]), code.co_qualname
 
 
 @dataclass(frozen=True)
@@ -58,6 +84,7 @@ class Shortcut:
     forbidden: bool = True
     codes: frozenset = field(default=frozenset(), compare=False, repr=False)
     builtins: frozenset = field(default=frozenset(), compare=False, repr=False)
+    places: frozenset = field(default=frozenset(), compare=False, repr=False)
 
     def __post_init__(self):
         codes, builtins = set(), set()
@@ -68,6 +95,7 @@ class Shortcut:
                 builtins.add(target)
         object.__setattr__(self, "codes", frozenset(codes))
         object.__setattr__(self, "builtins", frozenset(builtins))
+        object.__setattr__(self, "places", frozenset(p for p in map(place, codes) if p is not None))
 
     def hint(self, is_answer: bool = False) -> str:
         if self.why:
@@ -116,14 +144,26 @@ def check_internals() -> tuple[Shortcut, ...]:
 
 
 class CallWatch:
-    """Notes the calls of watched functions made while it is active (``with watch: ...``)."""
+    """Notes the calls of watched functions made while it is active (``with watch: ...``): by code
+    object, or by :func:`place` for a function of another copy of the package.
+
+    Example:
+        >>> from mha_course import cost
+        >>> with CallWatch(package(cost.kv_cache_bytes_per_token)) as watch:
+        ...     _ = cost.kv_cache_bytes(2, 2, 4, num_tokens=3)
+        >>> watch.seen
+        ["mha_course's own kv_cache_bytes_per_token"]
+    """
 
     def __init__(self, shortcuts: Iterable[Shortcut]):
         self._codes: dict[types.CodeType, str] = {}
         self._builtins: dict[Any, str] = {}
+        self._places: dict[tuple[str, str], str] = {}
         for shortcut in shortcuts:
             self._codes.update(dict.fromkeys(shortcut.codes, shortcut.label))
             self._builtins.update(dict.fromkeys(shortcut.builtins, shortcut.label))
+            self._places.update(dict.fromkeys(shortcut.places, shortcut.label))
+        self._names = {name for _, name in self._places}  # a quick test before the place is worked out
         self.seen: list[str] = []
         self._previous = None
 
@@ -132,7 +172,10 @@ class CallWatch:
             self._previous(frame, event, arg)
         label = None
         if event == "call":
-            label = self._codes.get(frame.f_code)
+            code = frame.f_code
+            label = self._codes.get(code)
+            if label is None and code.co_qualname in self._names:
+                label = self._places.get(place(code))
         elif event == "c_call":
             try:
                 label = self._builtins.get(arg)
@@ -155,10 +198,15 @@ SUBCLASS = "a subclass of "
 
 
 def answer_is(answer: Any, shortcuts: Iterable[Shortcut]) -> str | None:
-    """The label of the shortcut the answer itself is (or ``"a subclass of <label>"``); ``None`` if none."""
+    """The label of the shortcut the answer itself is (or ``"a subclass of <label>"``); ``None`` if none.
+
+    A function is matched by its code or its :func:`place`; a class by the classes it derives from
+    (the class of another copy of the package is caught by the calls of its methods).
+    """
     codes = set(_code_objects(answer)) if not isinstance(answer, type) else set()
+    places = {p for p in map(place, codes) if p is not None}
     for shortcut in shortcuts:
-        if codes & shortcut.codes:
+        if codes & shortcut.codes or places & shortcut.places:
             return shortcut.label
         if isinstance(answer, type):
             for target in shortcut.targets:

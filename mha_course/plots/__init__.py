@@ -1,0 +1,32 @@
+"""Figures of the course: visibility tables, attention maps, diagrams of the heads, cost regimes.
+
+Every function draws on a matplotlib ``Axes`` (a new figure when none is given) and returns the
+figure, so a notebook cell can end with ``plt.show()``. Every one draws in the book's house style
+(:func:`house_style`), at most the book's column wide, so its text is at least
+:data:`MIN_TEXT_PX` pixels as the book shows it.
+
+The package, one concern per module; import any name from here:
+
+* :mod:`~mha_course.plots.style` - the house style: sizes from the book's column, font sizes,
+  colour-blind-safe palettes and colour maps, and the measure of a figure's text as shown;
+* :mod:`~mha_course.plots.attention` - the causal visibility table and attention maps;
+* :mod:`~mha_course.plots.diagrams` - the flow of heads, the batched module's reshape, and which
+  key/value head each query head reads;
+* :mod:`~mha_course.plots.costs` - the cost regimes, the three bills, attention's share of the
+  work, and the growth of the key/value cache.
+"""
+
+from .attention import plot_attention, plot_visibility
+from .costs import plot_attention_share, plot_bills_by_heads, plot_cost_regimes, plot_kv_cache_growth
+from .diagrams import plot_head_flow, plot_head_reshape, plot_kv_sharing
+from .style import (BOOK_COLUMN_PX, COLUMN_WIDTH, DASHES, FIGURE_DPI, GREY_CMAP, HEAD_PALETTE, HOUSE_STYLE,
+                    MARKERS, MIN_TEXT_PX, NEUTRAL, OKABE_ITO, SEQUENTIAL_CMAP, SMALLEST_PT, book_figsize,
+                    figure_text_sizes, house_style, line_style)
+
+__all__ = [
+    "plot_visibility", "plot_attention", "plot_head_flow", "plot_head_reshape", "plot_kv_sharing",
+    "plot_cost_regimes", "plot_bills_by_heads", "plot_attention_share", "plot_kv_cache_growth",
+    "house_style", "book_figsize", "figure_text_sizes", "line_style", "HOUSE_STYLE", "BOOK_COLUMN_PX",
+    "COLUMN_WIDTH", "FIGURE_DPI", "MIN_TEXT_PX", "SMALLEST_PT", "OKABE_ITO", "HEAD_PALETTE", "MARKERS",
+    "DASHES", "NEUTRAL", "SEQUENTIAL_CMAP", "GREY_CMAP",
+]
