@@ -11,7 +11,7 @@ import numbers
 import torch
 
 
-def check_positive_int(name: str, value, hint: str = "") -> int:
+def validate_positive_int(name: str, value, hint: str = "") -> int:
     """Return ``value`` if it is a positive integer, else raise a ``ValueError``/``TypeError``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(
@@ -26,7 +26,7 @@ def check_positive_int(name: str, value, hint: str = "") -> int:
     return int(value)
 
 
-def check_non_negative_int(name: str, value) -> int:
+def validate_non_negative_int(name: str, value) -> int:
     """Return ``value`` if it is an integer of at least 0, else raise a ``ValueError``/``TypeError``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(
@@ -38,7 +38,7 @@ def check_non_negative_int(name: str, value) -> int:
     return int(value)
 
 
-def check_dropout(value) -> float:
+def validate_dropout(value) -> float:
     """Return ``value`` as a float if it is a probability in [0, 1), else raise."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(
@@ -54,7 +54,7 @@ def check_dropout(value) -> float:
     return float(value)
 
 
-def check_bool(name: str, value) -> bool:
+def validate_bool(name: str, value) -> bool:
     """Return ``value`` if it is ``True`` or ``False``, else raise a ``TypeError``.
 
     Switches such as ``qkv_bias`` are strict: ``qkv_bias="no"`` is a non-empty string, hence truthy,
@@ -68,7 +68,7 @@ def check_bool(name: str, value) -> bool:
     return value
 
 
-def check_divisible(d_out: int, num_heads: int) -> int:
+def validate_divisible(d_out: int, num_heads: int) -> int:
     """Return ``head_dim = d_out // num_heads`` or explain why ``d_out`` cannot be split evenly."""
     if d_out % num_heads != 0:
         lower = (d_out // num_heads) * num_heads
@@ -82,7 +82,7 @@ def check_divisible(d_out: int, num_heads: int) -> int:
     return d_out // num_heads
 
 
-def check_input(x, d_in: int, context_length: int | None, like: torch.Tensor | None = None) -> None:
+def validate_input(x, d_in: int, context_length: int | None, like: torch.Tensor | None = None) -> None:
     """Check that ``x`` is a (batch, num_tokens, d_in) float tensor that fits the causal mask.
 
     ``context_length=None`` skips the length check. ``like``, a weight of the module, adds a check
@@ -115,7 +115,7 @@ def check_input(x, d_in: int, context_length: int | None, like: torch.Tensor | N
             f"dimension is {d_in}."
         )
     if like is not None:
-        check_same_dtype_and_device(x, like)
+        validate_same_dtype_and_device(x, like)
     if context_length is not None and x.shape[1] > context_length:
         raise ValueError(
             f"x has {x.shape[1]} tokens (x.shape[1]) but the module was built with "
@@ -124,7 +124,7 @@ def check_input(x, d_in: int, context_length: int | None, like: torch.Tensor | N
         )
 
 
-def check_same_dtype_and_device(x: torch.Tensor, like: torch.Tensor) -> None:
+def validate_same_dtype_and_device(x: torch.Tensor, like: torch.Tensor) -> None:
     """Check that input ``x`` has the dtype and device of the module weight ``like``."""
     if x.device != like.device:
         raise ValueError(

@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validation import check_bool, check_dropout, check_input, check_positive_int
-from .masking import causal_mask, check_loaded_mask
+from ._validation import validate_bool, validate_dropout, validate_input, validate_positive_int
+from .masking import causal_mask, validate_loaded_mask
 
 
 class CausalAttention(nn.Module):
@@ -50,30 +50,30 @@ class CausalAttention(nn.Module):
 
     def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
         super().__init__()
-        self.d_in = check_positive_int("d_in", d_in)
-        self.d_out = check_positive_int("d_out", d_out)
-        self.context_length = check_positive_int(
+        self.d_in = validate_positive_int("d_in", d_in)
+        self.d_out = validate_positive_int("d_out", d_out)
+        self.context_length = validate_positive_int(
             "context_length", context_length
         )
-        qkv_bias = check_bool("qkv_bias", qkv_bias)
+        qkv_bias = validate_bool("qkv_bias", qkv_bias)
         self.W_query = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
         self.W_key = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
         self.W_value = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
         # Dropout acts on the attention weights: in training some weights
         # are zeroed and the rest scaled up by 1 / (1 - p); in eval mode it
         # does nothing.
-        self.dropout = nn.Dropout(check_dropout(dropout))
+        self.dropout = nn.Dropout(validate_dropout(dropout))
         # A buffer, not a parameter: it is never trained, but it moves with
         # .to(device) and is saved in the state_dict. True marks a future
         # position that must not be attended to.
         self.register_buffer("mask", causal_mask(self.context_length))
         # A loaded mask must be causal.
-        self.register_load_state_dict_pre_hook(check_loaded_mask)
+        self.register_load_state_dict_pre_hook(validate_loaded_mask)
 
     def _weights_and_values(
         self, x: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        check_input(x, self.d_in, self.context_length,
+        validate_input(x, self.d_in, self.context_length,
                     like=self.W_query.weight)
         num_tokens = x.shape[1]
         queries = self.W_query(x)  # (B, T, d_out)

@@ -124,11 +124,11 @@ def _add_bench(commands) -> None:
 
 
 def _specialise(args: argparse.Namespace) -> int:
-    from .experiments.specialisation import (check_experiment_arguments, run_experiment, save_results,
+    from .experiments.specialisation import (validate_experiment_arguments, run_experiment, save_results,
                                              summary_table)
 
     try:
-        check_experiment_arguments(args.seeds)
+        validate_experiment_arguments(args.seeds)
     except ValueError as error:
         return _fail("specialise", f"--{error} The book uses --seeds 8.")
     out = Path(args.out)

@@ -24,11 +24,11 @@ from typing import Mapping, Sequence
 import torch
 from torch import nn
 
-from ._validation import check_divisible, check_input, check_positive_int
+from ._validation import validate_divisible, validate_input, validate_positive_int
 from .causal_attention import CausalAttention
-from .cost import (HEAD_WIDTH_FIXED, MODEL_WIDTH_FIXED, REGIME_LABELS, REGIMES, check_regime, count_parameters,
+from .cost import (HEAD_WIDTH_FIXED, MODEL_WIDTH_FIXED, REGIME_LABELS, REGIMES, validate_regime, count_parameters,
                    multiply_adds, score_memory_bytes)
-from .implementations import IMPLEMENTATIONS, build_implementations, check_names
+from .implementations import IMPLEMENTATIONS, build_implementations, validate_names
 from .multihead import MultiHeadAttention
 from .tables import Table
 from .timing import Timing, time_interleaved
@@ -73,7 +73,7 @@ def head_outputs(module: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
     if kind == "causal":
         return [module(x)]
     if kind == "wrapper":
-        check_input(x, module.d_in, module.context_length)
+        validate_input(x, module.d_in, module.context_length)
         return [head(x) for head in module.heads]
     # The merged heads are what the output projection receives: read them there, in the module's
     # own forward pass, and cut them back into one slice of head_dim columns per head.
@@ -135,7 +135,7 @@ def describe_module(module: nn.Module, x: torch.Tensor, name: str | None = None,
         (18, ((1, 3, 2),), 90)
     """
     kind = _kind(module)
-    check_input(x, module.d_in, module.context_length)
+    validate_input(x, module.d_in, module.context_length)
     batch, num_tokens, d_in = x.shape
     zs = head_outputs(module, x)
     output = _forward_no_grad(module, x)
@@ -260,17 +260,17 @@ def head_count_sweep(head_counts: Sequence[int] = (1, 2, 4, 8, 16), *, regimes: 
         [(1, 8, 192), (2, 4, 192)]
     """
     for regime in regimes:
-        check_regime(regime)
-    implementations = check_names(implementations, IMPLEMENTATIONS, "implementations")
-    head_counts = [check_positive_int("head_counts entry", h) for h in head_counts]
+        validate_regime(regime)
+    implementations = validate_names(implementations, IMPLEMENTATIONS, "implementations")
+    head_counts = [validate_positive_int("head_counts entry", h) for h in head_counts]
     if not head_counts:
         raise ValueError("head_counts is empty; pass the numbers of heads to try, e.g. (1, 2, 4, 8).")
     for name, value in (("d_in", d_in), ("head_dim", head_dim), ("d_model", d_model), ("batch", batch),
                         ("num_tokens", num_tokens)):
-        check_positive_int(name, value)
+        validate_positive_int(name, value)
     if MODEL_WIDTH_FIXED in regimes:
         for h in head_counts:
-            check_divisible(d_model, h)  # explains the fix when a head count does not divide d_model
+            validate_divisible(d_model, h)  # explains the fix when a head count does not divide d_model
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, num_tokens, d_in, generator=generator)
     points, modules = [], {}

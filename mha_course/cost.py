@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from ._validation import check_divisible, check_positive_int
+from ._validation import validate_divisible, validate_positive_int
 
 #: The stages the formulas know: one head, stacked heads, batched heads.
 KINDS = ("causal", "wrapper", "batched")
@@ -35,11 +35,11 @@ REGIMES = (HEAD_WIDTH_FIXED, MODEL_WIDTH_FIXED)
 REGIME_LABELS = {HEAD_WIDTH_FIXED: "head width fixed", MODEL_WIDTH_FIXED: "model width fixed"}
 
 
-def check_regime(regime: str) -> str:
+def validate_regime(regime: str) -> str:
     """Return ``regime`` if it is one of :data:`REGIMES`, else raise an error listing them.
 
     Example:
-        >>> check_regime("model_width_fixed")
+        >>> validate_regime("model_width_fixed")
         'model_width_fixed'
     """
     if regime not in REGIMES:
@@ -52,7 +52,7 @@ def count_parameters(module: nn.Module, trainable_only: bool = True) -> int:
     return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
 
 
-def _check_kind(kind: str) -> str:
+def _validate_kind(kind: str) -> str:
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}.")
     return kind
@@ -64,7 +64,7 @@ def _heads_and_width(kind: str, d_out: int, num_heads: int) -> tuple[int, int]:
         return 1, d_out
     if kind == "wrapper":
         return num_heads, d_out  # d_out is per head
-    return num_heads, check_divisible(d_out, num_heads)  # d_out is the total
+    return num_heads, validate_divisible(d_out, num_heads)  # d_out is the total
 
 
 def parameter_count(kind: str, d_in: int, d_out: int, num_heads: int = 1, qkv_bias: bool = False) -> int:
@@ -79,10 +79,10 @@ def parameter_count(kind: str, d_in: int, d_out: int, num_heads: int = 1, qkv_bi
         >>> parameter_count("batched", d_in=768, d_out=768, num_heads=12)
         2360064
     """
-    _check_kind(kind)
-    d_in = check_positive_int("d_in", d_in)
-    d_out = check_positive_int("d_out", d_out)
-    num_heads = check_positive_int("num_heads", num_heads)
+    _validate_kind(kind)
+    d_in = validate_positive_int("d_in", d_in)
+    d_out = validate_positive_int("d_out", d_out)
+    num_heads = validate_positive_int("num_heads", num_heads)
     heads, head_dim = _heads_and_width(kind, d_out, num_heads)
     width = heads * head_dim  # total width of the Q, K and V projections
     qkv = 3 * (d_in * width + (width if qkv_bias else 0))
@@ -134,12 +134,12 @@ def multiply_adds(kind: str, batch: int, num_tokens: int, d_in: int, d_out: int,
         >>> multiply_adds("batched", batch=1, num_tokens=6, d_in=3, d_out=4, num_heads=2).total
         600
     """
-    _check_kind(kind)
-    batch = check_positive_int("batch", batch)
-    num_tokens = check_positive_int("num_tokens", num_tokens)
-    d_in = check_positive_int("d_in", d_in)
-    d_out = check_positive_int("d_out", d_out)
-    num_heads = check_positive_int("num_heads", num_heads)
+    _validate_kind(kind)
+    batch = validate_positive_int("batch", batch)
+    num_tokens = validate_positive_int("num_tokens", num_tokens)
+    d_in = validate_positive_int("d_in", d_in)
+    d_out = validate_positive_int("d_out", d_out)
+    num_heads = validate_positive_int("num_heads", num_heads)
     heads, head_dim = _heads_and_width(kind, d_out, num_heads)
     width = heads * head_dim
     tokens = batch * num_tokens
@@ -174,14 +174,14 @@ def cost_by_heads(regime: str, num_heads, *, batch: int, num_tokens: int, d_in: 
         >>> [(r["head_dim"], r["parameters"], r["score_bytes"]) for r in rows]
         [(16, 1040, 256), (4, 1040, 1024)]
     """
-    check_regime(regime)
+    validate_regime(regime)
     if kind not in ("batched", "wrapper"):
         raise ValueError(f"kind must be 'batched' or 'wrapper' (the multi-head stages), got {kind!r}.")
-    width = check_positive_int("width", width)
+    width = validate_positive_int("width", width)
     rows = []
     for heads in num_heads:
-        heads = check_positive_int("num_heads", heads)
-        head_dim = width if regime == HEAD_WIDTH_FIXED else check_divisible(width, heads)
+        heads = validate_positive_int("num_heads", heads)
+        head_dim = width if regime == HEAD_WIDTH_FIXED else validate_divisible(width, heads)
         total = heads * head_dim
         d_out = total if kind == "batched" else head_dim  # the class's own meaning of d_out
         rows.append({
@@ -207,7 +207,7 @@ def score_memory_bytes(batch: int, num_heads: int, num_tokens: int, bytes_per_el
     """
     for name, value in (("batch", batch), ("num_heads", num_heads), ("num_tokens", num_tokens),
                         ("bytes_per_element", bytes_per_element)):
-        check_positive_int(name, value)
+        validate_positive_int(name, value)
     return batch * num_heads * num_tokens * num_tokens * bytes_per_element
 
 
@@ -216,8 +216,8 @@ def score_memory_bytes(batch: int, num_heads: int, num_tokens: int, bytes_per_el
 
 
 def _kv_heads(num_heads: int, num_kv_groups: int) -> int:
-    num_heads = check_positive_int("num_heads", num_heads)
-    num_kv_groups = check_positive_int("num_kv_groups", num_kv_groups)
+    num_heads = validate_positive_int("num_heads", num_heads)
+    num_kv_groups = validate_positive_int("num_kv_groups", num_kv_groups)
     if num_heads % num_kv_groups:
         raise ValueError(f"num_kv_groups ({num_kv_groups}) must divide num_heads ({num_heads}): each "
                          "key/value head serves num_heads // num_kv_groups query heads.")
@@ -240,7 +240,7 @@ def kv_cache_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, 
     """
     for name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
                         ("bytes_per_number", bytes_per_number)):
-        check_positive_int(name, value)
+        validate_positive_int(name, value)
     return 2 * num_layers * num_kv_heads * head_dim * bytes_per_number
 
 
@@ -254,8 +254,8 @@ def kv_cache_bytes(num_layers: int, num_kv_heads: int, head_dim: int, num_tokens
         >>> kv_cache_bytes(12, 12, 64, num_tokens=1024, bytes_per_number=2) / 2**20  # MiB, GPT-2 small
         36.0
     """
-    num_tokens = check_positive_int("num_tokens", num_tokens)
-    batch = check_positive_int("batch", batch)
+    num_tokens = validate_positive_int("num_tokens", num_tokens)
+    batch = validate_positive_int("batch", batch)
     return kv_cache_bytes_per_token(num_layers, num_kv_heads, head_dim, bytes_per_number) * num_tokens * batch
 
 
@@ -334,11 +334,11 @@ def grouped_query_multiply_adds(batch: int, num_new: int, d_in: int, d_out: int,
         >>> recompute.total / cached.total  # the whole sequence is 1024 tokens' work
         1024.0
     """
-    batch = check_positive_int("batch", batch)
-    num_new = check_positive_int("num_new", num_new)
-    d_in = check_positive_int("d_in", d_in)
-    d_out = check_positive_int("d_out", d_out)
-    head_dim = check_divisible(d_out, check_positive_int("num_heads", num_heads))
+    batch = validate_positive_int("batch", batch)
+    num_new = validate_positive_int("num_new", num_new)
+    d_in = validate_positive_int("d_in", d_in)
+    d_out = validate_positive_int("d_out", d_out)
+    head_dim = validate_divisible(d_out, validate_positive_int("num_heads", num_heads))
     kv_width = _kv_heads(num_heads, num_kv_groups) * head_dim
     if isinstance(num_cached, bool) or not isinstance(num_cached, int) or num_cached < 0:
         raise ValueError(f"num_cached must be a whole number of 0 or more, got {num_cached!r}.")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ._validation import check_positive_int
+from ._validation import validate_positive_int
 
 #: The six words of the running example, in order.
 RUNNING_WORDS = ("Your", "journey", "starts", "with", "one", "step")
@@ -88,9 +88,9 @@ def random_batch(batch: int, num_tokens: int, d_in: int, seed: int = 0, device=N
         >>> x.shape, torch.equal(x, random_batch(2, 4, 8, seed=1))
         (torch.Size([2, 4, 8]), True)
     """
-    batch = check_positive_int("batch", batch)
-    num_tokens = check_positive_int("num_tokens", num_tokens)
-    d_in = check_positive_int("d_in", d_in)
+    batch = validate_positive_int("batch", batch)
+    num_tokens = validate_positive_int("num_tokens", num_tokens)
+    d_in = validate_positive_int("d_in", d_in)
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, num_tokens, d_in, generator=generator)
     return x.to(device) if device is not None else x

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import check_bool, check_divisible, check_dropout, check_input, check_positive_int
+from ._validation import validate_bool, validate_divisible, validate_dropout, validate_input, validate_positive_int
 from .heads import merge_heads, split_heads, stack_qkv, unstack_qkv
 from .masking import causal_mask
 from .multihead import MultiHeadAttention
@@ -64,22 +64,22 @@ class FastMultiHeadAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, num_heads,
                  qkv_bias=False):
         super().__init__()
-        self.d_in = check_positive_int("d_in", d_in)
-        self.d_out = check_positive_int(
+        self.d_in = validate_positive_int("d_in", d_in)
+        self.d_out = validate_positive_int(
             "d_out", d_out,
             hint="As in MultiHeadAttention, d_out is all heads' width.",
         )
-        self.num_heads = check_positive_int("num_heads", num_heads)
-        self.context_length = check_positive_int(
+        self.num_heads = validate_positive_int("num_heads", num_heads)
+        self.context_length = validate_positive_int(
             "context_length", context_length)
-        self.head_dim = check_divisible(self.d_out, self.num_heads)
-        qkv_bias = check_bool("qkv_bias", qkv_bias)
+        self.head_dim = validate_divisible(self.d_out, self.num_heads)
+        qkv_bias = validate_bool("qkv_bias", qkv_bias)
         # Rows [0, d_out) compute queries, [d_out, 2*d_out) keys and
         # [2*d_out, 3*d_out) values; within each block head h owns rows
         # [h*head_dim, (h+1)*head_dim), as in MultiHeadAttention.
         self.qkv = nn.Linear(self.d_in, 3 * self.d_out, bias=qkv_bias)
         self.out_proj = nn.Linear(self.d_out, self.d_out)
-        self.dropout = nn.Dropout(check_dropout(dropout))
+        self.dropout = nn.Dropout(validate_dropout(dropout))
         # No mask buffer: is_causal=True gives the kernel the causal pattern,
         # and the explicit path builds the (T, T) mask on the fly.
         # context_length still bounds the accepted input, so the module is a
@@ -87,7 +87,7 @@ class FastMultiHeadAttention(nn.Module):
 
     def _queries_keys_values(self, x: torch.Tensor):
         """Queries, keys and values, (B, h, T, d_h) each, by one product."""
-        check_input(x, self.d_in, self.context_length, like=self.qkv.weight)
+        validate_input(x, self.d_in, self.context_length, like=self.qkv.weight)
         qkv = self.qkv(x)  # (B, T, 3*d_out): one product for all three roles
         # Each (B, T, d_out): views of qkv, nothing copied.
         queries, keys, values = unstack_qkv(qkv, dim=-1)

@@ -21,15 +21,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validation import check_bool, check_divisible, check_dropout, check_input, check_positive_int
+from ._validation import validate_bool, validate_divisible, validate_dropout, validate_input, validate_positive_int
 from .heads import merge_heads, split_heads
 from .kv_cache import KVCache
-from .masking import causal_mask, check_loaded_mask
+from .masking import causal_mask, validate_loaded_mask
 from .multihead import MultiHeadAttention
 
 
-def _check_groups(num_kv_groups, num_heads: int) -> int:
-    num_kv_groups = check_positive_int("num_kv_groups", num_kv_groups)
+def _validate_groups(num_kv_groups, num_heads: int) -> int:
+    num_kv_groups = validate_positive_int("num_kv_groups", num_kv_groups)
     if num_heads % num_kv_groups != 0:
         divisors = ", ".join(str(n) for n in range(1, num_heads + 1) if num_heads % n == 0)
         raise ValueError(
@@ -95,16 +95,16 @@ class GroupedQueryAttention(nn.Module):
 
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, num_kv_groups, qkv_bias=False):
         super().__init__()
-        self.d_in = check_positive_int("d_in", d_in)
-        self.d_out = check_positive_int(
+        self.d_in = validate_positive_int("d_in", d_in)
+        self.d_out = validate_positive_int(
             "d_out", d_out, hint="As in MultiHeadAttention, d_out is the total width of all heads."
         )
-        self.num_heads = check_positive_int("num_heads", num_heads)
-        self.context_length = check_positive_int("context_length", context_length)
-        self.head_dim = check_divisible(self.d_out, self.num_heads)
-        self.num_kv_groups = _check_groups(num_kv_groups, self.num_heads)
+        self.num_heads = validate_positive_int("num_heads", num_heads)
+        self.context_length = validate_positive_int("context_length", context_length)
+        self.head_dim = validate_divisible(self.d_out, self.num_heads)
+        self.num_kv_groups = _validate_groups(num_kv_groups, self.num_heads)
         self.group_size = self.num_heads // self.num_kv_groups
-        qkv_bias = check_bool("qkv_bias", qkv_bias)
+        qkv_bias = validate_bool("qkv_bias", qkv_bias)
         self.W_query = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
         # New in this class: one key head and one value head per group, not per
         # query head, so the key and value projections are narrower than d_out.
@@ -112,14 +112,14 @@ class GroupedQueryAttention(nn.Module):
         self.W_key = nn.Linear(self.d_in, kv_width, bias=qkv_bias)
         self.W_value = nn.Linear(self.d_in, kv_width, bias=qkv_bias)
         self.out_proj = nn.Linear(self.d_out, self.d_out)
-        self.dropout = nn.Dropout(check_dropout(dropout))
+        self.dropout = nn.Dropout(validate_dropout(dropout))
         self.register_buffer("mask", causal_mask(self.context_length))
-        self.register_load_state_dict_pre_hook(check_loaded_mask)  # a loaded mask must be causal
+        self.register_load_state_dict_pre_hook(validate_loaded_mask)  # a loaded mask must be causal
 
     def _weights_and_values(
         self, x: torch.Tensor, cache: KVCache | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        check_input(x, self.d_in, self.context_length, like=self.W_query.weight)
+        validate_input(x, self.d_in, self.context_length, like=self.W_query.weight)
         start = self._cached_length(cache, x.shape[1])  # x's first position
         end = start + x.shape[1]
         queries = split_heads(self.W_query(x), self.num_heads)  # (B, h, T, d_h)

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import torch
 
-from ._validation import check_positive_int
+from ._validation import validate_positive_int
 
 
-def _check_tensor(t, dims: int, shape: str) -> None:
+def _validate_tensor(t, dims: int, shape: str) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"t must be a torch.Tensor of shape {shape}, got {type(t).__name__}.")
     if t.dim() != dims:
@@ -52,8 +52,8 @@ def split_heads(t: torch.Tensor, num_heads: int) -> torch.Tensor:
         tensor([[2., 3.],
                 [6., 7.]])
     """
-    _check_tensor(t, 3, "(batch, num_tokens, num_heads * head_dim)")
-    num_heads = check_positive_int("num_heads", num_heads)
+    _validate_tensor(t, 3, "(batch, num_tokens, num_heads * head_dim)")
+    num_heads = validate_positive_int("num_heads", num_heads)
     batch, num_tokens, width = t.shape
     if width % num_heads != 0:
         raise ValueError(
@@ -84,7 +84,7 @@ def merge_heads(t: torch.Tensor) -> torch.Tensor:
         >>> torch.equal(merge_heads(split_heads(x, 3)), x)
         True
     """
-    _check_tensor(t, 4, "(batch, num_heads, num_tokens, head_dim)")
+    _validate_tensor(t, 4, "(batch, num_heads, num_tokens, head_dim)")
     batch, num_heads, num_tokens, head_dim = t.shape
     # transpose only swaps strides: in memory the numbers stay in
     # (B, h, T, d_h) order, and view cannot glue a token's heads side by side

@@ -113,11 +113,11 @@ IMPLEMENTATIONS: dict[str, Spec] = {
 }
 
 
-def check_names(names: Iterable[str], known, what: str) -> list[str]:
+def validate_names(names: Iterable[str], known, what: str) -> list[str]:
     """Return ``names`` as a list if every one is in ``known``, else an error listing the choices.
 
     Example:
-        >>> check_names(["fastest"], IMPLEMENTATIONS, "implementations")
+        >>> validate_names(["fastest"], IMPLEMENTATIONS, "implementations")
         Traceback (most recent call last):
             ...
         ValueError: unknown implementations ['fastest']: choose from stacked, batched, fused_qkv, fast, raw_sdpa, torch_mha_weights, torch_mha.
@@ -148,7 +148,7 @@ def build_implementations(*, d_in: int, num_heads: int, head_dim: int, context_l
         >>> list(impls), sorted(skipped)
         (['stacked', 'batched', 'fused_qkv', 'fast', 'raw_sdpa'], ['torch_mha', 'torch_mha_weights'])
     """
-    names = check_names(IMPLEMENTATIONS if names is None else names, IMPLEMENTATIONS, "implementations")
+    names = validate_names(IMPLEMENTATIONS if names is None else names, IMPLEMENTATIONS, "implementations")
     with torch.random.fork_rng(devices=[]):  # seeded weights, the caller's random state untouched
         torch.manual_seed(seed)
         wrapper = MultiHeadAttentionWrapper(d_in, head_dim, context_length, 0.0, num_heads).to(device)

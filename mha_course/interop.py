@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import check_dropout, check_input, check_positive_int
+from ._validation import validate_dropout, validate_input, validate_positive_int
 from .heads import merge_heads, split_heads, stack_qkv, unstack_qkv
 from .masking import causal_mask
 from .multihead import MultiHeadAttention
@@ -45,7 +45,7 @@ def sdpa_forward(mha: MultiHeadAttention, x: torch.Tensor) -> torch.Tensor:
         True
     """
     mha = _require_mha(mha)
-    check_input(x, mha.d_in, mha.context_length, like=mha.W_query.weight)
+    validate_input(x, mha.d_in, mha.context_length, like=mha.W_query.weight)
     q = split_heads(mha.W_query(x), mha.num_heads)  # (B, h, T, d_h)
     k = split_heads(mha.W_key(x), mha.num_heads)  # (B, h, T, d_h)
     v = split_heads(mha.W_value(x), mha.num_heads)  # (B, h, T, d_h)
@@ -133,7 +133,7 @@ def torch_multihead_forward(torch_mha: nn.MultiheadAttention, x: torch.Tensor) -
             "batch_first=True, or convert it with from_torch_multihead(torch_mha, context_length), "
             "which works for either layout."
         )
-    check_input(x, torch_mha.embed_dim, None, like=torch_mha.in_proj_weight)
+    validate_input(x, torch_mha.embed_dim, None, like=torch_mha.in_proj_weight)
     mask = causal_mask(x.shape[1], device=x.device)  # True = may not attend, as PyTorch expects
     output, _ = torch_mha(x, x, x, attn_mask=mask, need_weights=False)
     return output
@@ -201,8 +201,8 @@ def from_torch_multihead(
             "sequence, which the course's modules do not have. Only a module with "
             "add_zero_attn=False converts."
         )
-    context_length = check_positive_int("context_length", context_length)
-    dropout = torch_mha.dropout if dropout is None else check_dropout(dropout)
+    context_length = validate_positive_int("context_length", context_length)
+    dropout = torch_mha.dropout if dropout is None else validate_dropout(dropout)
     weight = torch_mha.in_proj_weight
     mha = MultiHeadAttention(
         torch_mha.embed_dim, torch_mha.embed_dim, context_length, dropout, torch_mha.num_heads,

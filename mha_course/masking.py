@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._validation import check_non_negative_int
+from ._validation import validate_non_negative_int
 
 
 def causal_mask(num_tokens: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -25,7 +25,7 @@ def causal_mask(num_tokens: int, device: torch.device | str | None = None) -> to
                 [0, 0, 1],
                 [0, 0, 0]], dtype=torch.int32)
     """
-    num_tokens = check_non_negative_int("num_tokens", num_tokens)
+    num_tokens = validate_non_negative_int("num_tokens", num_tokens)
     return torch.triu(torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=device), diagonal=1)
 
 
@@ -44,7 +44,7 @@ def visibility(num_tokens: int) -> torch.Tensor:
     return ~causal_mask(num_tokens)
 
 
-def check_loaded_mask(module, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+def validate_loaded_mask(module, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                       error_msgs) -> None:
     """Refuse a state dict whose ``mask`` is not the causal pattern (a ``load_state_dict`` pre-hook).
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validation import check_bool, check_divisible, check_dropout, check_input, check_positive_int
+from ._validation import validate_bool, validate_divisible, validate_dropout, validate_input, validate_positive_int
 from .heads import merge_heads, split_heads, unstack_qkv
-from .masking import causal_mask, check_loaded_mask
+from .masking import causal_mask, validate_loaded_mask
 from .wrapper import MultiHeadAttentionWrapper
 
 
@@ -53,16 +53,16 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, num_heads,
                  qkv_bias=False):
         super().__init__()
-        self.d_in = check_positive_int("d_in", d_in)
-        self.d_out = check_positive_int(
+        self.d_in = validate_positive_int("d_in", d_in)
+        self.d_out = validate_positive_int(
             "d_out", d_out,
             hint="In MultiHeadAttention d_out is the width of all heads.",
         )
-        self.num_heads = check_positive_int("num_heads", num_heads)
-        self.context_length = check_positive_int(
+        self.num_heads = validate_positive_int("num_heads", num_heads)
+        self.context_length = validate_positive_int(
             "context_length", context_length)
-        self.head_dim = check_divisible(self.d_out, self.num_heads)
-        qkv_bias = check_bool("qkv_bias", qkv_bias)
+        self.head_dim = validate_divisible(self.d_out, self.num_heads)
+        qkv_bias = validate_bool("qkv_bias", qkv_bias)
         # One projection per role for all heads: output columns
         # [h*head_dim, (h+1)*head_dim) belong to head h.
         self.W_query = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
@@ -70,14 +70,14 @@ class MultiHeadAttention(nn.Module):
         self.W_value = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
         # New in this class: a learned linear map that mixes the heads.
         self.out_proj = nn.Linear(self.d_out, self.d_out)
-        self.dropout = nn.Dropout(check_dropout(dropout))
+        self.dropout = nn.Dropout(validate_dropout(dropout))
         self.register_buffer("mask", causal_mask(self.context_length))
         # A mask loaded from a saved state_dict must still be causal.
-        self.register_load_state_dict_pre_hook(check_loaded_mask)
+        self.register_load_state_dict_pre_hook(validate_loaded_mask)
 
     def _weights_and_values(self, x: torch.Tensor):
         """Attention weights (B, h, T, T) and values (B, h, T, d_h)."""
-        check_input(x, self.d_in, self.context_length,
+        validate_input(x, self.d_in, self.context_length,
                     like=self.W_query.weight)
         num_tokens = x.shape[1]
         h = self.num_heads

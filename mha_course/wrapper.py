@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validation import check_bool, check_dropout, check_input, check_positive_int
+from ._validation import validate_bool, validate_dropout, validate_input, validate_positive_int
 from .causal_attention import CausalAttention
 
 
@@ -44,17 +44,17 @@ class MultiHeadAttentionWrapper(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, num_heads,
                  qkv_bias=False):
         super().__init__()
-        self.num_heads = check_positive_int("num_heads", num_heads)
-        self.d_in = check_positive_int("d_in", d_in)
-        self.d_out = check_positive_int(
+        self.num_heads = validate_positive_int("num_heads", num_heads)
+        self.d_in = validate_positive_int("d_in", d_in)
+        self.d_out = validate_positive_int(
             "d_out", d_out,
             hint="In the wrapper d_out is the width of each head.",
         )
-        self.context_length = check_positive_int(
+        self.context_length = validate_positive_int(
             "context_length", context_length
         )
-        check_dropout(dropout)
-        check_bool("qkv_bias", qkv_bias)
+        validate_dropout(dropout)
+        validate_bool("qkv_bias", qkv_bias)
         # Each head is a complete CausalAttention with weights of its own:
         # nothing is shared.
         self.heads = nn.ModuleList(
@@ -67,7 +67,7 @@ class MultiHeadAttentionWrapper(nn.Module):
 
         ``(B, T, d_in) -> (B, T, num_heads * d_out)``.
         """
-        check_input(x, self.d_in, self.context_length,
+        validate_input(x, self.d_in, self.context_length,
                     like=self.heads[0].W_query.weight)
         # The merge: the only place where the heads' paths meet.
         outputs = [head(x) for head in self.heads]  # h x (B, T, d_out)
@@ -83,7 +83,7 @@ class MultiHeadAttentionWrapper(nn.Module):
             >>> wrapper.attention_weights(torch.rand(1, 4, 3)).shape
             torch.Size([1, 2, 4, 4])
         """
-        check_input(x, self.d_in, self.context_length,
+        validate_input(x, self.d_in, self.context_length,
                     like=self.heads[0].W_query.weight)
         weights = [head.attention_weights(x) for head in self.heads]
         return torch.stack(weights, dim=1)  # (B, num_heads, T, T)

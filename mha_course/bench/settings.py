@@ -10,7 +10,7 @@ import numbers
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
-from ..implementations import IMPLEMENTATIONS, check_names
+from ..implementations import IMPLEMENTATIONS, validate_names
 from .sizes import (ALL_CONFIGS, ALL_DECODE_CONFIGS, CONFIGS, DECODE_CONFIGS, QUICK_CONFIGS, QUICK_DECODE_CONFIGS,
                     BenchConfig)
 from .steps import MODES
@@ -61,8 +61,8 @@ class BenchSettings:
                              "(mha_course.bench.CONFIGS['small-4'],).")
         object.__setattr__(self, "configs", configs)
         object.__setattr__(self, "implementations",
-                           tuple(check_names(self.implementations, IMPLEMENTATIONS, "implementations")))
-        object.__setattr__(self, "modes", tuple(check_names(self.modes, MODES, "modes")))
+                           tuple(validate_names(self.implementations, IMPLEMENTATIONS, "implementations")))
+        object.__setattr__(self, "modes", tuple(validate_names(self.modes, MODES, "modes")))
         _positive("min_run_time", self.min_run_time)
         _positive("rounds", self.rounds, numbers.Integral)
         if isinstance(self.memory_calls, bool) or not isinstance(self.memory_calls, numbers.Integral) \
@@ -90,7 +90,7 @@ class BenchSettings:
             (['textbook', 'tiny'], 0.02, 2, 1)
         """
         pool = QUICK_CONFIGS if quick else CONFIGS
-        names = check_names(configs if configs else pool, ALL_CONFIGS, "configs")
+        names = validate_names(configs if configs else pool, ALL_CONFIGS, "configs")
         settings = cls(
             configs=tuple(ALL_CONFIGS[name] for name in names),
             min_run_time=min_run_time if min_run_time is not None else (0.02 if quick else 1.0),
@@ -148,7 +148,7 @@ class DecodeSettings:
                     **options) -> "DecodeSettings":
         """The settings of ``python -m mha_course bench --decode``, with the defaults of ``bench``."""
         pool = QUICK_DECODE_CONFIGS if quick else DECODE_CONFIGS
-        names = check_names(configs if configs else pool, ALL_DECODE_CONFIGS, "configs")
+        names = validate_names(configs if configs else pool, ALL_DECODE_CONFIGS, "configs")
         settings = cls(
             configs=tuple(ALL_DECODE_CONFIGS[name] for name in names),
             min_run_time=min_run_time if min_run_time is not None else (0.02 if quick else 1.0),

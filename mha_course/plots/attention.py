@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.colors import ListedColormap
 
-from .._validation import check_positive_int
+from .._validation import validate_positive_int
 from ..masking import visibility
 from .style import COLUMN_WIDTH, HEAD_PALETTE, NEUTRAL, SMALLEST_PT, house_style
 
@@ -79,7 +79,7 @@ def plot_visibility(num_tokens: int = 3, labels: Sequence[str] | None = None, ax
         >>> "".join(t.get_text() for t in fig.axes[0].texts)
         '✓✗✗✓✓✗✓✓✓'
     """
-    num_tokens = check_positive_int("num_tokens", num_tokens)
+    num_tokens = validate_positive_int("num_tokens", num_tokens)
     labels = _labels(labels, num_tokens)
     if ax is None:
         _, ax = plt.subplots(figsize=(_SINGLE_PANEL * COLUMN_WIDTH, _SINGLE_PANEL * COLUMN_WIDTH))

@@ -13,7 +13,7 @@ from typing import Sequence
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter
 
-from .._validation import check_positive_int
+from .._validation import validate_positive_int
 from ..cost import REGIME_LABELS, REGIMES
 from .style import COLUMN_WIDTH, NEUTRAL, OKABE_ITO, SEQUENTIAL_CMAP, book_figsize, house_style, line_style
 
@@ -171,8 +171,8 @@ def plot_attention_share(d_model: int, num_heads: int = 12, batch: int = 8,
     """
     from ..cost import multiply_adds, score_memory_bytes
 
-    d_model = check_positive_int("d_model", d_model)
-    lengths = [check_positive_int("lengths", t) for t in lengths]
+    d_model = validate_positive_int("d_model", d_model)
+    lengths = [validate_positive_int("lengths", t) for t in lengths]
     share = []
     for length in lengths:
         macs = multiply_adds("batched", 1, length, d_model, d_model, num_heads)
@@ -234,7 +234,7 @@ def plot_kv_cache_growth(shapes=None, bytes_per_number: int = 2, smallest: int =
     shapes = list((shapes or MODEL_SHAPES).values()) if isinstance(shapes or MODEL_SHAPES, dict) else list(shapes)
     if not shapes:
         raise ValueError("shapes is empty: pass model shapes, e.g. mha_course.cost.MODEL_SHAPES.")
-    smallest = check_positive_int("smallest", smallest)
+    smallest = validate_positive_int("smallest", smallest)
     fig, axes = plt.subplots(1, len(shapes), figsize=book_figsize(1.0, aspect=0.55), squeeze=False,
                              layout="constrained")
     for ax, shape in zip(axes[0], shapes):

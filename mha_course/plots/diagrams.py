@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 from matplotlib.colors import to_rgb
 from matplotlib.patches import FancyBboxPatch
 
-from .._validation import check_positive_int
+from .._validation import validate_positive_int
 from .style import COLUMN_WIDTH, HEAD_PALETTE, NEUTRAL, SEQUENTIAL_CMAP, house_style
 
 # --- The flow of multi-head attention: enter, fan out to heads, process per head, merge ---------
@@ -78,8 +78,8 @@ def plot_head_flow(num_heads: int = 2, *, num_tokens: int | None = None, d_in: i
         >>> sorted(t.get_text() for t in fig.axes[0].texts if t.get_text().startswith("$Z"))
         ['$Z$', '$Z_{1}$', '$Z_{2}$']
     """
-    num_heads = check_positive_int("num_heads", num_heads)
-    max_heads_drawn = check_positive_int("max_heads_drawn", max_heads_drawn)
+    num_heads = validate_positive_int("num_heads", num_heads)
+    max_heads_drawn = validate_positive_int("max_heads_drawn", max_heads_drawn)
     if max_heads_drawn < 2:
         raise ValueError(f"max_heads_drawn must be at least 2 (the first and the last head), got {max_heads_drawn}.")
     T = str(num_tokens) if num_tokens is not None else "$T$"
@@ -221,10 +221,10 @@ def plot_head_reshape(num_heads: int = 2, head_dim: int = 2, num_tokens: int = 3
         >>> [t.get_text() for t in fig.axes[0].texts if t.get_text().startswith("(")]
         ['(B, T, d_in)', '(B, T, d_out)', '(B, T, h, d_h)', '(B, h, T, d_h)', '(B, T, d_out)']
     """
-    num_heads = check_positive_int("num_heads", num_heads)
-    head_dim = check_positive_int("head_dim", head_dim)
-    num_tokens = check_positive_int("num_tokens", num_tokens)
-    d_in = check_positive_int("d_in", d_in)
+    num_heads = validate_positive_int("num_heads", num_heads)
+    head_dim = validate_positive_int("head_dim", head_dim)
+    num_tokens = validate_positive_int("num_tokens", num_tokens)
+    d_in = validate_positive_int("d_in", d_in)
     if num_heads > len(HEAD_PALETTE):
         raise ValueError(
             f"num_heads must be at most {len(HEAD_PALETTE)} to give every head its own colour, got "
@@ -330,8 +330,8 @@ def plot_kv_sharing(num_heads: int = 8, kv_groups: Sequence[int] = (8, 2, 1)):
         >>> [line.get_gid() for line in fig.axes[1].lines]  # query head -> key/value head
         ['Q1-KV1', 'Q2-KV1', 'Q3-KV2', 'Q4-KV2']
     """
-    num_heads = check_positive_int("num_heads", num_heads)
-    kv_groups = [check_positive_int("kv_groups", g) for g in kv_groups]
+    num_heads = validate_positive_int("num_heads", num_heads)
+    kv_groups = [validate_positive_int("kv_groups", g) for g in kv_groups]
     if not kv_groups:
         raise ValueError("kv_groups is empty: pass the numbers of key/value heads to draw, e.g. (8, 2, 1).")
     for groups in kv_groups:

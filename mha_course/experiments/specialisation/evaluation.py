@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from .task import IGNORE_INDEX, SpecialisationConfig, TinyAttentionModel, check_config, difference_task
+from .task import IGNORE_INDEX, SpecialisationConfig, TinyAttentionModel, validate_config, difference_task
 from .training import TrainingRun
 
 #: Seed of the held-out sequences every model is scored on (never a training seed in the book).
@@ -18,11 +18,11 @@ SOLVED_ACCURACY = 0.99
 
 def evaluation_data(config: SpecialisationConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The held-out sequences every model is scored on: ``difference_task`` with :data:`EVAL_SEED`."""
-    config = check_config(config)
+    config = validate_config(config)
     return difference_task(config.eval_size, config.num_tokens, config.vocab_size, seed=EVAL_SEED)
 
 
-def check_model(model) -> TinyAttentionModel:
+def validate_model(model) -> TinyAttentionModel:
     """The model itself, or the model of a :class:`TrainingRun`; a clear error otherwise."""
     if isinstance(model, TrainingRun):
         return model.model
@@ -41,7 +41,7 @@ def accuracy(model: TinyAttentionModel, tokens: torch.Tensor, labels: torch.Tens
         >>> 0.0 <= accuracy(model, *difference_task(4)) <= 1.0
         True
     """
-    model = check_model(model)
+    model = validate_model(model)
     if not isinstance(labels, torch.Tensor) or labels.shape != getattr(tokens, "shape", None):
         raise ValueError("labels must be a tensor with the same shape as tokens; pass both from difference_task(...).")
     predictions = model(tokens).argmax(dim=-1)  # (B, T)
@@ -50,7 +50,7 @@ def accuracy(model: TinyAttentionModel, tokens: torch.Tensor, labels: torch.Tens
 
 
 def _attention(model, tokens) -> torch.Tensor:
-    model = check_model(model)
+    model = validate_model(model)
     weights = model.attention_weights(tokens)  # (B, h, T, T)
     if weights.shape[-1] < 3:
         raise ValueError("tokens needs at least 3 positions: scores are taken at positions 2 and later.")
@@ -90,7 +90,7 @@ def first_share_by_difference(model: TinyAttentionModel, tokens: torch.Tensor) -
         ``(num_heads, 2 * vocab_size - 1)``; column ``k`` is difference ``k - (vocab_size - 1)``
         (NaN where ``tokens`` holds no such pair).
     """
-    model = check_model(model)
+    model = validate_model(model)
     weights = _attention(model, tokens)[:, :, 2:, 0]  # (B, h, T-2): share on the first token
     differences = (tokens[:, :1] - tokens[:, 1:-1]).unsqueeze(1).expand_as(weights)  # (B, h, T-2)
     rows = []
@@ -112,7 +112,7 @@ def one_token_accuracy(config: SpecialisationConfig | None = None) -> float:
         >>> round(one_token_accuracy(), 4)  # (1 + 6 / 8) / 7
         0.25
     """
-    config = check_config(config)
+    config = validate_config(config)
     labelled = config.num_tokens - 1
     return (1 + (labelled - 1) / config.vocab_size) / labelled
 
@@ -154,8 +154,8 @@ def evaluate(run: TrainingRun | TinyAttentionModel, config: SpecialisationConfig
     ``[first, previous]``), ``first_share_by_difference`` (per head, see
     :func:`first_share_by_difference`) and ``mean_attention_maps`` (per head, ``T x T``).
     """
-    model = check_model(run)
-    config = run.config if isinstance(run, TrainingRun) and config is None else check_config(config)
+    model = validate_model(run)
+    config = run.config if isinstance(run, TrainingRun) and config is None else validate_config(config)
     tokens, labels = evaluation_data(config)
     return {
         "accuracy": rounded(accuracy(model, tokens, labels)),

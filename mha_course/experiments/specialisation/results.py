@@ -11,10 +11,10 @@ from typing import Sequence
 
 import torch
 
-from ..._validation import check_positive_int
+from ..._validation import validate_positive_int
 from ...tables import Table
 from .evaluation import SOLVED_ACCURACY, evaluate, head_role, rounded
-from .task import SpecialisationConfig, check_config, check_head_count
+from .task import SpecialisationConfig, validate_config, validate_head_count
 from ...progress_bar import progress as progress_line
 from .training import train
 
@@ -22,23 +22,23 @@ from .training import train
 DEFAULT_RESULTS_PATH = Path("book") / "data" / "specialisation.json"
 
 
-def check_experiment_arguments(seeds, heads: Sequence[int] = (1, 2, 4), config: SpecialisationConfig | None = None,
+def validate_experiment_arguments(seeds, heads: Sequence[int] = (1, 2, 4), config: SpecialisationConfig | None = None,
                                long_budget_factor=4) -> tuple[int, list[int], SpecialisationConfig]:
     """Check the arguments of :func:`run_experiment` (the command line checks them here too, before training).
 
     Example:
-        >>> check_experiment_arguments(0)
+        >>> validate_experiment_arguments(0)
         Traceback (most recent call last):
             ...
         ValueError: seeds must be a positive integer, got 0. Pass a whole number of at least 1.
     """
-    config = check_config(config)
-    seeds = check_positive_int("seeds", seeds)
+    config = validate_config(config)
+    seeds = validate_positive_int("seeds", seeds)
     heads = list(heads)
     if not heads:
         raise ValueError("heads is empty; pass the head counts to compare, e.g. heads=(1, 2, 4).")
     for num_heads in heads:
-        check_head_count(num_heads, config.d_model)
+        validate_head_count(num_heads, config.d_model)
     if isinstance(long_budget_factor, bool) or not isinstance(long_budget_factor, numbers.Integral) \
             or long_budget_factor < 0 or long_budget_factor == 1:
         raise ValueError(f"long_budget_factor must be 0 (skip the longer one-head runs) or a whole number "
@@ -58,7 +58,7 @@ def run_experiment(seeds: int = 8, heads: Sequence[int] = (1, 2, 4), config: Spe
         entry per model: ``num_heads``, ``head_dim``, ``seed``, ``steps``, ``final_loss`` and the keys
         of :func:`evaluate`) and ``command``, the command that regenerates it.
     """
-    seeds, heads, config = check_experiment_arguments(seeds, heads, config, long_budget_factor)
+    seeds, heads, config = validate_experiment_arguments(seeds, heads, config, long_budget_factor)
     jobs = [(num_heads, seed, config) for num_heads in heads for seed in range(seeds)]
     if long_budget_factor:
         longer = replace(config, steps=config.steps * long_budget_factor)

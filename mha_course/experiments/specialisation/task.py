@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..._validation import check_positive_int
+from ..._validation import validate_positive_int
 from ...multihead import MultiHeadAttention
 
 #: Label of positions that have nothing to predict; ``cross_entropy`` skips it.
@@ -42,11 +42,11 @@ class SpecialisationConfig:
 
     def __post_init__(self):
         for name in ("vocab_size", "num_tokens", "d_model", "steps", "batch_size", "eval_size"):
-            check_positive_int(name, getattr(self, name))
+            validate_positive_int(name, getattr(self, name))
         if self.vocab_size < 2:
             raise ValueError(f"vocab_size must be at least 2, got {self.vocab_size}: with one token "
                              "every difference is 0 and there is nothing to learn.")
-        check_num_tokens(self.num_tokens)
+        validate_num_tokens(self.num_tokens)
         rate = self.learning_rate
         if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not (0 < rate < 1 and math.isfinite(rate)):
             raise ValueError(f"learning_rate must be a number between 0 and 1, got {rate!r}. The book uses 1e-2.")
@@ -57,7 +57,7 @@ class SpecialisationConfig:
         return 2 * self.vocab_size - 1
 
 
-def check_config(config) -> SpecialisationConfig:
+def validate_config(config) -> SpecialisationConfig:
     """``config``, or the book's :class:`SpecialisationConfig` for ``None``; a clear error otherwise."""
     if config is None:
         return SpecialisationConfig()
@@ -67,32 +67,32 @@ def check_config(config) -> SpecialisationConfig:
     return config
 
 
-def check_num_tokens(num_tokens: int) -> int:
+def validate_num_tokens(num_tokens: int) -> int:
     """Sequences need at least 3 positions for two distinct lookups."""
-    num_tokens = check_positive_int("num_tokens", num_tokens)
+    num_tokens = validate_positive_int("num_tokens", num_tokens)
     if num_tokens < 3:
         raise ValueError(f"num_tokens must be at least 3, got {num_tokens}: position 2 is the first whose "
                          "previous token is not the first token, so shorter sequences need one lookup only.")
     return num_tokens
 
 
-def check_seed(seed) -> int:
+def validate_seed(seed) -> int:
     """A seed is a non-negative whole number."""
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise ValueError(f"seed must be a non-negative whole number, got {seed!r}.")
     return int(seed)
 
 
-def check_head_count(num_heads, d_model: int) -> int:
+def validate_head_count(num_heads, d_model: int) -> int:
     """Return ``num_heads`` if it is a positive whole number that divides ``d_model``.
 
     Example:
-        >>> check_head_count(3, 16)
+        >>> validate_head_count(3, 16)
         Traceback (most recent call last):
             ...
         ValueError: num_heads=3 does not divide d_model=16: every head gets d_model // num_heads columns. Use a divisor of 16, e.g. 1, 2 or 4.
     """
-    num_heads = check_positive_int("num_heads", num_heads)
+    num_heads = validate_positive_int("num_heads", num_heads)
     if d_model % num_heads:
         raise ValueError(f"num_heads={num_heads} does not divide d_model={d_model}: every head gets "
                          f"d_model // num_heads columns. Use a divisor of {d_model}, e.g. 1, 2 or 4.")
@@ -103,7 +103,7 @@ def generator(seed) -> torch.Generator:
     """``seed`` itself if it is a ``torch.Generator``, else a new generator seeded with it."""
     if isinstance(seed, torch.Generator):
         return seed
-    return torch.Generator().manual_seed(check_seed(seed))
+    return torch.Generator().manual_seed(validate_seed(seed))
 
 
 def difference_task(batch_size: int, num_tokens: int = 8, vocab_size: int = 8,
@@ -129,9 +129,9 @@ def difference_task(batch_size: int, num_tokens: int = 8, vocab_size: int = 8,
         >>> [label - 7 for label in labels[0, 1:].tolist()]  # first minus previous: 2-2, 2-0, 2-1, 2-3
         [0, 2, 1, -1]
     """
-    batch_size = check_positive_int("batch_size", batch_size)
-    num_tokens = check_num_tokens(num_tokens)
-    vocab_size = check_positive_int("vocab_size", vocab_size)
+    batch_size = validate_positive_int("batch_size", batch_size)
+    num_tokens = validate_num_tokens(num_tokens)
+    vocab_size = validate_positive_int("vocab_size", vocab_size)
     tokens = torch.randint(0, vocab_size, (batch_size, num_tokens), generator=generator(seed))  # (B, T)
     labels = torch.full_like(tokens, IGNORE_INDEX)  # (B, T)
     first = tokens[:, :1]  # (B, 1), broadcast over positions
@@ -166,9 +166,9 @@ class TinyAttentionModel(nn.Module):
 
     def __init__(self, vocab_size: int, num_tokens: int, d_model: int, num_heads: int):
         super().__init__()
-        self.vocab_size = check_positive_int("vocab_size", vocab_size)
-        self.num_tokens = check_positive_int("num_tokens", num_tokens)
-        self.num_heads = check_head_count(num_heads, check_positive_int("d_model", d_model))
+        self.vocab_size = validate_positive_int("vocab_size", vocab_size)
+        self.num_tokens = validate_positive_int("num_tokens", num_tokens)
+        self.num_heads = validate_head_count(num_heads, validate_positive_int("d_model", d_model))
         self.token_embedding = nn.Embedding(vocab_size, d_model)
         self.position_embedding = nn.Embedding(num_tokens, d_model)
         # d_out = d_model whatever the head count: the model width stays fixed and heads get narrower.
@@ -177,7 +177,7 @@ class TinyAttentionModel(nn.Module):
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         """Token plus position embeddings, ``(batch, num_tokens, d_model)``."""
-        self._check_tokens(tokens)
+        self._validate_tokens(tokens)
         positions = torch.arange(tokens.shape[1], device=tokens.device)  # (T,)
         return self.token_embedding(tokens) + self.position_embedding(positions)  # (B, T, d_model)
 
@@ -189,7 +189,7 @@ class TinyAttentionModel(nn.Module):
         """Every head's attention weights, ``(batch, num_heads, num_tokens, num_tokens)``."""
         return self.attention.attention_weights(self.embed(tokens))
 
-    def _check_tokens(self, tokens) -> None:
+    def _validate_tokens(self, tokens) -> None:
         if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.long or tokens.dim() != 2:
             described = (f"a {tokens.dim()}-D {tokens.dtype} tensor" if isinstance(tokens, torch.Tensor)
                          else type(tokens).__name__)

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from ..._validation import check_positive_int
+from ..._validation import validate_positive_int
 from ...progress_bar import progress as progress_line
-from .task import (IGNORE_INDEX, SpecialisationConfig, TinyAttentionModel, check_config, check_head_count,
-                   check_seed, difference_task)
+from .task import (IGNORE_INDEX, SpecialisationConfig, TinyAttentionModel, validate_config, validate_head_count,
+                   validate_seed, difference_task)
 
 
 @dataclass
@@ -44,10 +44,10 @@ def train(num_heads: int, seed: int = 0, config: SpecialisationConfig | None = N
         >>> len(run.losses), run.model.num_heads
         (3, 2)
     """
-    config = check_config(config)
-    num_heads = check_head_count(num_heads, config.d_model)
-    seed = check_seed(seed)
-    num_threads = check_positive_int("num_threads", num_threads)
+    config = validate_config(config)
+    num_heads = validate_head_count(num_heads, config.d_model)
+    seed = validate_seed(seed)
+    num_threads = validate_positive_int("num_threads", num_threads)
 
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(num_threads)
