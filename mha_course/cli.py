@@ -39,8 +39,7 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from .bench import BenchSettings, run_benchmark, summary, write_results
-    from .bench.machine import untrustworthy_message
+    from .bench import BenchSettings, run_benchmark, summary
     from .device import get_device
 
     try:
@@ -59,9 +58,16 @@ def _bench(args: argparse.Namespace) -> int:
         )
     except ValueError as error:
         return _fail("bench", str(error))
-    results = run_benchmark(settings)
-    paths = write_results(results, args.out, label=settings.label, plot=not args.no_plot)
-    print(summary(results))
+    return _report_run(run_benchmark(settings), summary, settings.label, args)
+
+
+def _report_run(results: dict, summarise_run, label: str | None, args: argparse.Namespace) -> int:
+    """Write a benchmark run's files, print its summary and, when the machine moved, the warning."""
+    from .bench import write_results
+    from .bench.machine import untrustworthy_message
+
+    paths = write_results(results, args.out, label=label, plot=not args.no_plot)
+    print(summarise_run(results))
     print("\nwrote " + ", ".join(str(p) for p in paths))
     warnings = results["meta"]["stability_warnings"]
     if warnings:
@@ -70,8 +76,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _bench_decode(args: argparse.Namespace) -> int:
-    from .bench import DecodeSettings, decode_summary, run_decode_benchmark, write_results
-    from .bench.machine import untrustworthy_message
+    from .bench import DecodeSettings, decode_summary, run_decode_benchmark
 
     for option, value in (("--implementations", args.implementations), ("--modes", args.modes)):
         if value:
@@ -84,14 +89,7 @@ def _bench_decode(args: argparse.Namespace) -> int:
             label=args.label)
     except ValueError as error:
         return _fail("bench", str(error))
-    results = run_decode_benchmark(settings)
-    paths = write_results(results, args.out, label=settings.label, plot=not args.no_plot)
-    print(decode_summary(results))
-    print("\nwrote " + ", ".join(str(p) for p in paths))
-    warnings = results["meta"]["stability_warnings"]
-    if warnings:
-        print("\n" + untrustworthy_message(warnings), file=sys.stderr)
-    return 0
+    return _report_run(run_decode_benchmark(settings), decode_summary, settings.label, args)
 
 
 def _add_bench(commands) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 from ..implementations import IMPLEMENTATIONS, validate_names
 from .sizes import (ALL_CONFIGS, ALL_DECODE_CONFIGS, CONFIGS, DECODE_CONFIGS, QUICK_CONFIGS, QUICK_DECODE_CONFIGS,
@@ -23,7 +23,60 @@ def _positive(name: str, value, kind=numbers.Real) -> None:
 
 
 @dataclass(frozen=True)
-class BenchSettings:
+class RunSettings:
+    """What every benchmark run shares: the sizes, the device, how long to time, the threads, the files' label.
+
+    The two kinds of run, :class:`BenchSettings` and :class:`DecodeSettings`, add their own fields.
+    """
+
+    configs: Sequence[BenchConfig]  # the sizes to run
+    device: str = "cpu"  # "cpu" or "cuda"
+    # Seconds torch.utils.benchmark spends on each way of computing, shared among the rounds.
+    min_run_time: float = 1.0
+    # Every way of computing is timed once per round, in turns (mha_course.timing.time_interleaved).
+    rounds: int = 3
+    threads: int | None = None  # torch threads (None: torch's current setting)
+    progress: bool = True  # a progress bar on stderr
+    quick: bool = False  # recorded in the results' metadata
+    ceiling_size: int | None = None  # side of the square matrix product timed as the ceiling
+    seed: int = 0
+    label: str | None = field(default=None, compare=False)  # suffix of the result files' names
+
+    #: A size to name in the error for bad ``configs``.
+    example_config: ClassVar[str] = "CONFIGS['small-4']"
+
+    def __post_init__(self):
+        configs = tuple(self.configs)
+        if not configs or not all(isinstance(c, BenchConfig) for c in configs):
+            raise ValueError("configs must be a non-empty sequence of BenchConfig, e.g. "
+                             f"(mha_course.bench.{self.example_config},).")
+        object.__setattr__(self, "configs", configs)
+        _positive("min_run_time", self.min_run_time)
+        _positive("rounds", self.rounds, numbers.Integral)
+        if self.threads is not None:
+            _positive("threads", self.threads, numbers.Integral)
+        if self.ceiling_size is not None:
+            _positive("ceiling_size", self.ceiling_size, numbers.Integral)
+
+    @classmethod
+    def _for_command(cls, known: dict, pool: dict, *, quick: bool, configs: Sequence[str] | None,
+                     min_run_time: float | None, rounds: int | None, threads: int | None, **options):
+        """Sizes by name (default: all of ``pool``), and the defaults of the command's full or quick run."""
+        names = validate_names(configs if configs else pool, known, "configs")
+        settings = cls(
+            configs=tuple(known[name] for name in names),
+            min_run_time=min_run_time if min_run_time is not None else (0.02 if quick else 1.0),
+            rounds=rounds if rounds is not None else (2 if quick else 3),
+            threads=threads if threads is not None else (1 if quick else None),
+            quick=quick,
+            ceiling_size=256 if quick else None,
+            **options,
+        )
+        return replace(settings, label=settings.label if settings.label is not None else ("quick" if quick else None))
+
+
+@dataclass(frozen=True)
+class BenchSettings(RunSettings):
     """How to run the benchmark: what to time, where, for how long, and what else to measure.
 
     Example:
@@ -36,42 +89,20 @@ class BenchSettings:
         ValueError: unknown modes ['backward']: choose from forward, forward+backward.
     """
 
-    configs: Sequence[BenchConfig]  # the sizes to run (CONFIGS or QUICK_CONFIGS values)
-    device: str = "cpu"  # "cpu" or "cuda"
     implementations: Sequence[str] = tuple(IMPLEMENTATIONS)  # names from mha_course.implementations
     modes: Sequence[str] = MODES
-    # Seconds torch.utils.benchmark spends on each implementation, shared among the rounds.
-    min_run_time: float = 1.0
-    # Every implementation is timed once per round, in turns (mha_course.timing.time_interleaved).
-    rounds: int = 3
     memory: bool = True  # peak memory (and, on the CPU, page faults per call)
     # Calls over which page faults per call are averaged, after the first (none for slow training steps).
     memory_calls: int = 2
-    threads: int | None = None  # torch threads (None: torch's current setting)
-    progress: bool = True  # a progress bar on stderr
-    quick: bool = False  # recorded in the results' metadata
-    ceiling_size: int | None = None  # side of the square matrix product timed as the ceiling
-    seed: int = 0
-    label: str | None = field(default=None, compare=False)  # suffix of the result files' names
 
     def __post_init__(self):
-        configs = tuple(self.configs)
-        if not configs or not all(isinstance(c, BenchConfig) for c in configs):
-            raise ValueError("configs must be a non-empty sequence of BenchConfig, e.g. "
-                             "(mha_course.bench.CONFIGS['small-4'],).")
-        object.__setattr__(self, "configs", configs)
+        super().__post_init__()
         object.__setattr__(self, "implementations",
                            tuple(validate_names(self.implementations, IMPLEMENTATIONS, "implementations")))
         object.__setattr__(self, "modes", tuple(validate_names(self.modes, MODES, "modes")))
-        _positive("min_run_time", self.min_run_time)
-        _positive("rounds", self.rounds, numbers.Integral)
         if isinstance(self.memory_calls, bool) or not isinstance(self.memory_calls, numbers.Integral) \
                 or self.memory_calls < 0:
             raise ValueError(f"memory_calls must be 0 or more, got {self.memory_calls!r}.")
-        if self.threads is not None:
-            _positive("threads", self.threads, numbers.Integral)
-        if self.ceiling_size is not None:
-            _positive("ceiling_size", self.ceiling_size, numbers.Integral)
 
     @classmethod
     def for_command(cls, *, quick: bool = False, configs: Sequence[str] | None = None,
@@ -89,24 +120,17 @@ class BenchSettings:
             >>> [c.name for c in s.configs], s.min_run_time, s.rounds, s.threads
             (['textbook', 'tiny'], 0.02, 2, 1)
         """
-        pool = QUICK_CONFIGS if quick else CONFIGS
-        names = validate_names(configs if configs else pool, ALL_CONFIGS, "configs")
-        settings = cls(
-            configs=tuple(ALL_CONFIGS[name] for name in names),
-            min_run_time=min_run_time if min_run_time is not None else (0.02 if quick else 1.0),
-            rounds=rounds if rounds is not None else (2 if quick else 3),
-            threads=threads if threads is not None else (1 if quick else None),
-            quick=quick,
-            ceiling_size=256 if quick else None,
-            memory_calls=1,
-            **options,
-        )
-        return replace(settings, label=settings.label if settings.label is not None else ("quick" if quick else None))
+        return cls._for_command(ALL_CONFIGS, QUICK_CONFIGS if quick else CONFIGS, quick=quick, configs=configs,
+                                min_run_time=min_run_time, rounds=rounds, threads=threads, memory_calls=1,
+                                **options)
 
 
 @dataclass(frozen=True)
-class DecodeSettings:
+class DecodeSettings(RunSettings):
     """How to run the decoding benchmark (``bench --decode``): one generated token, with and without a cache.
+
+    Its sizes are lengths (DECODE_CONFIGS or QUICK_DECODE_CONFIGS values), and the two ways of
+    decoding, recompute and kv_cache, take turns in every round.
 
     Example:
         >>> s = DecodeSettings.for_command(quick=True)
@@ -118,44 +142,13 @@ class DecodeSettings:
         ValueError: unknown configs ['small-4']: choose from decode-16, decode-32, decode-64, decode-128, decode-256, decode-512, decode-1024, decode-tiny-8, decode-tiny-32.
     """
 
-    configs: Sequence[BenchConfig]  # the lengths to run (DECODE_CONFIGS or QUICK_DECODE_CONFIGS values)
-    device: str = "cpu"
-    min_run_time: float = 1.0  # seconds of timing per way of decoding, shared among the rounds
-    rounds: int = 3  # the two ways take turns (mha_course.timing.time_interleaved)
-    threads: int | None = None  # torch threads (None: torch's current setting)
-    progress: bool = True
-    quick: bool = False  # recorded in the results' metadata
-    ceiling_size: int | None = None  # side of the square matrix product timed as the ceiling
-    seed: int = 0
-    label: str | None = field(default=None, compare=False)  # suffix of the result files' names
-
-    def __post_init__(self):
-        configs = tuple(self.configs)
-        if not configs or not all(isinstance(c, BenchConfig) for c in configs):
-            raise ValueError("configs must be a non-empty sequence of BenchConfig, e.g. "
-                             "(mha_course.bench.DECODE_CONFIGS['decode-256'],).")
-        object.__setattr__(self, "configs", configs)
-        _positive("min_run_time", self.min_run_time)
-        _positive("rounds", self.rounds, numbers.Integral)
-        if self.threads is not None:
-            _positive("threads", self.threads, numbers.Integral)
-        if self.ceiling_size is not None:
-            _positive("ceiling_size", self.ceiling_size, numbers.Integral)
+    example_config: ClassVar[str] = "DECODE_CONFIGS['decode-256']"
 
     @classmethod
     def for_command(cls, *, quick: bool = False, configs: Sequence[str] | None = None,
                     min_run_time: float | None = None, rounds: int | None = None, threads: int | None = None,
                     **options) -> "DecodeSettings":
         """The settings of ``python -m mha_course bench --decode``, with the defaults of ``bench``."""
-        pool = QUICK_DECODE_CONFIGS if quick else DECODE_CONFIGS
-        names = validate_names(configs if configs else pool, ALL_DECODE_CONFIGS, "configs")
-        settings = cls(
-            configs=tuple(ALL_DECODE_CONFIGS[name] for name in names),
-            min_run_time=min_run_time if min_run_time is not None else (0.02 if quick else 1.0),
-            rounds=rounds if rounds is not None else (2 if quick else 3),
-            threads=threads if threads is not None else (1 if quick else None),
-            quick=quick,
-            ceiling_size=256 if quick else None,
-            **options,
-        )
-        return replace(settings, label=settings.label if settings.label is not None else ("quick" if quick else None))
+        return cls._for_command(ALL_DECODE_CONFIGS, QUICK_DECODE_CONFIGS if quick else DECODE_CONFIGS,
+                                quick=quick, configs=configs, min_run_time=min_run_time, rounds=rounds,
+                                threads=threads, **options)
