@@ -11,8 +11,8 @@ from ..masking import causal_mask, visibility
 from .framework import Check, Exercise, Mistake
 from .probes import (KEEP, batch, causality_check, connected_check, device_check, draw, error_on_device,
                      future_changed, matrices, probe_backward, probe_on_devices)
-from .records import (Failed, Recorder, describe, expect_close, expect_shape, format_shape, plain, same, seed_of,
-                      tensor_of, value_of)
+from .records import (Failed, Recorder, dict_of, expect_close, expect_shape, format_shape, plain, same, seed_of,
+                      tensor_of)
 from .shortcuts import attention_modules, package, torch_attention
 
 # ----------------------------------------------------------------------------------------------
@@ -337,12 +337,7 @@ def _probe_shapes(head_shapes, rec: Recorder) -> None:
 
 
 def _answer(record, key: str) -> dict:
-    sizes = shape_cases(seed_of(record))[key]
-    summary = value_of(record, key, _call(sizes))
-    answer = plain(summary)
-    if not isinstance(answer, dict) or any(k not in answer for k in SHAPE_KEYS):
-        raise Failed(f"a dict with the keys {', '.join(SHAPE_KEYS)}", describe(summary))
-    return answer
+    return dict_of(record, key, SHAPE_KEYS, _call(shape_cases(seed_of(record))[key]))
 
 
 def _as_shape(value) -> tuple | None:

@@ -16,7 +16,7 @@ from ..wrapper import MultiHeadAttentionWrapper
 from .capstone import CAPSTONE
 from .framework import Check, Exercise, Mistake
 from .probes import (agrees, batch, connected_check, device_check, draw, probe_backward, probe_on_devices)
-from .records import (Failed, Recorder, describe, expect_close, expect_shape, format_shape, number, plain, same,
+from .records import (Failed, Recorder, dict_of, expect_close, expect_shape, format_shape, number, plain, same,
                       seed_of, tensor_of, value_of)
 from .shortcuts import attention_modules, package
 
@@ -488,12 +488,7 @@ def _size_call(args) -> str:
 
 
 def _size_answer(record, name: str) -> dict:
-    args = layer_cases(seed_of(record))[name]
-    summary = value_of(record, name, _size_call(args))
-    answer = plain(summary)
-    if not isinstance(answer, dict) or any(key not in answer for key in KEYS):
-        raise Failed(f"a dict with keys {', '.join(KEYS)}", describe(summary))
-    return answer
+    return dict_of(record, name, KEYS, _size_call(layer_cases(seed_of(record))[name]))
 
 
 def _as_number(value):

@@ -206,6 +206,15 @@ def int_of(record: dict, key: str, what: str = "the call") -> int:
     raise Failed("a whole number (int)", describe(summary))
 
 
+def dict_of(record: dict, key: str, keys, what: str = "the call") -> dict:
+    """The dict the answer returned under ``key``, holding at least ``keys``; a :class:`Failed` otherwise."""
+    summary = value_of(record, key, what)
+    answer = plain(summary)
+    if not isinstance(answer, dict) or any(k not in answer for k in keys):
+        raise Failed(f"a dict with the keys {', '.join(keys)}", describe(summary))
+    return answer
+
+
 def plain(summary: Any) -> Any:
     """Record data back to Python values: ints, floats, lists, dicts and CPU tensors."""
     if not isinstance(summary, dict) or "kind" not in summary:
