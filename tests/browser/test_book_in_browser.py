@@ -162,6 +162,40 @@ def test_next_and_previous_follow_the_table_of_contents(offline_page):
     _fail_if(recorder.problems, "while following next and previous:")
 
 
+# A citation as sphinxcontrib-bibtex writes it in the text: "Vaswani <em>et al.</em> [<a href=
+# "references.html#id5" ...>2017</a>]" ({cite:t}) or "[<a ...>Shazeer, 2019</a>]" ({cite:p}).
+_CITATION = re.compile(
+    r'<span class="bibtex-citation"[^>]*>(?P<authors>[^\[]*)\[<a class="reference internal" '
+    r'href="(?:[^"#]*/)?references\.html#(?P<target>[^"]+)"[^>]*>(?P<shown>[^<]+)</a>'
+)
+_REFERENCE_LABEL = re.compile(
+    r'<div class="citation" id="(?P<id>[^"]+)"[^>]*>\s*<span class="label"><span class="fn-bracket">\[</span>'
+    r'(?P<label>(?:(?!<span).)*)<span class="fn-bracket">\]',
+    re.DOTALL,
+)
+
+
+def _plain(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html)).strip()
+
+
+def test_references_are_labelled_as_the_text_cites_them():
+    """A reader who follows "Vaswani et al. (2017)" lands on the entry labelled "Vaswani et al., 2017"."""
+    references = page_file("book/references").read_text(encoding="utf-8")
+    labels = {m["id"]: _plain(m["label"]) for m in _REFERENCE_LABEL.finditer(references)}
+    assert labels, "no labelled work found on the References page"
+    wrong, seen = [], 0
+    for name in DOCNAMES:
+        for m in _CITATION.finditer(page_file(name).read_text(encoding="utf-8")):
+            seen += 1
+            authors = _plain(m["authors"])
+            cited = f"{authors}, {m['shown']}" if authors else m["shown"]
+            if labels.get(m["target"]) != cited:
+                wrong.append(f"{name}: the text cites {cited!r}, the References page labels it {labels.get(m['target'])!r}")
+    assert seen, "no citation found in the book"
+    _fail_if(wrong, "citations and References labels disagree:")
+
+
 def _first_page_with_math(visit) -> str:
     for name in DOCNAMES:
         if visit(name).math_total:

@@ -1,0 +1,95 @@
+"""Label the References list the way the text cites: "Vaswani et al., 2017", not "[VSP+17]".
+
+With ``bibtex_reference_style: author_year`` the chapters cite "Vaswani et al. (2017)", but the
+bibliography style still labels each work with pybtex's alpha key ("VSP+17", "ALTdJ+23"), so a
+reader who follows a citation lands on a label that matches nothing on the page they came from.
+This registers a pybtex label style that writes the same author-and-year text as the citations,
+and a formatting style (pybtex's ``alpha``, which sorts by author, year and title) that uses it;
+``_config.yml`` makes that style the default (``bibtex_default_style``).
+
+Labels follow the citation rule: one author "Shazeer, 2019", two "Michel and Levy, 2019",
+three or more "Vaswani et al., 2017"; works that would share a label get "a", "b", ... after
+the year.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from pybtex.plugin import register_plugin
+from pybtex.style.formatting.alpha import Style as AlphaStyle
+from pybtex.style.labels import BaseLabelStyle
+
+LABEL_STYLE = "course_author_year"
+FORMAT_STYLE = "course_author_year"
+
+
+def author_year(surnames: list[str], year: str) -> str:
+    """The label of a work by ``surnames`` (in order) published in ``year``.
+
+    Example:
+        >>> author_year(["Shazeer"], "2019")
+        'Shazeer, 2019'
+        >>> author_year(["Michel", "Levy"], "2019")
+        'Michel and Levy, 2019'
+        >>> author_year(["Vaswani", "Shazeer", "Parmar"], "2017")
+        'Vaswani et al., 2017'
+    """
+    if not surnames:
+        names = "Anonymous"
+    elif len(surnames) == 1:
+        names = surnames[0]
+    elif len(surnames) == 2:
+        names = f"{surnames[0]} and {surnames[1]}"
+    else:
+        names = f"{surnames[0]} et al."
+    return f"{names}, {year}" if year else names
+
+
+def _surnames(entry) -> list[str]:
+    people = entry.persons.get("author") or entry.persons.get("editor") or []
+    return [" ".join(person.prelast_names + person.last_names) for person in people]
+
+
+def _plain(text: str) -> str:
+    # BibTeX braces that protect capitals ("{GQA}") are not part of a name.
+    return text.replace("{", "").replace("}", "")
+
+
+def unique(labels: list[str]) -> list[str]:
+    """``labels`` with a letter after the year wherever two works would share one.
+
+    Example:
+        >>> unique(["Shazeer, 2019", "Michel et al., 2019", "Shazeer, 2019"])
+        ['Shazeer, 2019a', 'Michel et al., 2019', 'Shazeer, 2019b']
+    """
+    counts = Counter(labels)
+    seen: Counter = Counter()
+    result = []
+    for label in labels:
+        if counts[label] > 1:
+            result.append(label + "abcdefghijklmnopqrstuvwxyz"[seen[label]])
+            seen[label] += 1
+        else:
+            result.append(label)
+    return result
+
+
+class AuthorYearLabels(BaseLabelStyle):
+    """pybtex label style: "Vaswani et al., 2017", as the chapters cite the work."""
+
+    def format_labels(self, sorted_entries):
+        labels = [author_year([_plain(s) for s in _surnames(e)], e.fields.get("year", "")) for e in sorted_entries]
+        yield from unique(labels)
+
+
+class AuthorYearStyle(AlphaStyle):
+    """pybtex's alpha style (sorted by author, year, title) with author-and-year labels."""
+
+    default_label_style = LABEL_STYLE
+
+
+def setup(app):
+    register_plugin("pybtex.style.labels", LABEL_STYLE, AuthorYearLabels)
+    register_plugin("pybtex.style.formatting", FORMAT_STYLE, AuthorYearStyle)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
