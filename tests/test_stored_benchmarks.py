@@ -10,7 +10,12 @@ they fail loudly the day a run meets them, so that the marker is removed then.
 Most tests check both stored runs, with one thread (``bench-cpu.json``) and with two
 (``bench-cpu-2threads.json``; its tests are skipped when it is not stored). The two allocator
 variants of the memory deep dive (``bench-cpu-mmap-off.json``, ``bench-cpu-malloc-reuse.json``)
-are checked at the end.
+are checked at the end for being the runs it describes.
+
+What a sentence of the book reads from one of these files is asserted in a hidden cell beside the
+sentence (strict nbval runs it). Claims the book makes of one run alone are asserted there only;
+the tests here that run over both stored runs check them the same way, so that a new run of either
+is held to what the book says of the machine.
 """
 
 from __future__ import annotations
@@ -99,11 +104,9 @@ def test_stored_run_held_still(name):
     path = DATA / name
     if not path.exists():
         pytest.skip(f"{name} is not stored (book/data/README.md has the command)")
+    # The command warns when either moved by more than 10 % (bench.machine.stability_warnings).
     meta = bench.load_results(path)["meta"]
-    ceiling = meta["matmul_ceiling"]
-    start, end = ceiling["flops_per_s_start"], ceiling["flops_per_s_end"]
-    assert abs(end - start) <= 0.1 * max(start, end), (start, end)
-    assert meta["stability_warnings"] == []
+    assert meta["stability_warnings"] == [], meta["stability_warnings"]
 
 
 # --- The fast path --------------------------------------------------------------------------------
@@ -202,13 +205,6 @@ def test_which_of_batched_and_stacked_is_ahead_changes_with_size_and_mode(run):
     assert min(ratios) < 1 < max(ratios), sorted(ratios)
 
 
-def test_batched_and_stacked_stay_within_a_factor_of_two_with_one_thread():
-    # Chapter 3 reads the one-thread run: "neither is ahead by more than a factor of two".
-    ratios = _batched_over_stacked(_load("1 thread"))
-    outside = {key: ratio for key, ratio in ratios.items() if not 0.5 <= ratio <= 2.0}
-    assert not outside, outside
-
-
 def test_with_two_threads_the_batched_module_falls_more_than_twice_behind_only_at_small_16_forward():
     # The second thread sped the batched module's small-16 forward pass up by only 1.36x, where
     # the stacked heads gained 1.81x: there it ends at 2.45x the stacked heads' time.
@@ -266,38 +262,6 @@ def test_allocator_runs_can_be_compared_with_each_other():
     assert max(ceilings) <= 1.05 * min(ceilings), ceilings
     for key in ("device_name", "torch", "cpu_count", "threads"):
         assert len({r["meta"][key] for r in runs.values()}) == 1, key
-
-
-def test_reusing_freed_memory_removes_the_batched_modules_page_faults():
-    runs = _allocator_runs()
-
-    def forward(label, config, name):
-        return bench.lookup(runs[label], config, "forward", name)
-
-    for config in ("small-16", "gpt2-small"):
-        faults = {label: forward(label, config, "batched")["minor_faults_per_call"] for label in runs}
-        times = {label: forward(label, config, "batched")["median_s"] for label in runs}
-        assert abs(faults["mmap-off"] - faults["default"]) < 0.2 * faults["default"], faults  # trimmed, faulted again
-        assert faults["malloc-reuse"] < 0.1 * faults["default"], faults
-        # ... and the batched module's forward time falls by about a third, while the fused kernels,
-        # which fault far less, run at the same speed in all three runs.
-        assert 0.6 <= times["malloc-reuse"] / times["default"] <= 0.75, times
-        assert times["malloc-reuse"] < 0.75 * times["mmap-off"], times
-        for name in ("fast", "raw_sdpa"):
-            fused = [forward(label, config, name)["median_s"] for label in runs]
-            assert max(fused) < 1.1 * min(fused), (config, name, fused)
-
-
-def test_with_memory_reused_the_stacked_heads_stay_ahead_at_small_16_only():
-    # Reused memory closes most of the batched module's gap at small-16, not all of it; at GPT-2
-    # small, where it speeds the stacked heads up as well, the batched module is just ahead.
-    default, reuse = _load("1 thread"), _variant("malloc-reuse")
-    before = bench.compare_times(default, "small-16", "forward", "batched", "stacked")
-    after = bench.compare_times(reuse, "small-16", "forward", "batched", "stacked")
-    assert before["verdict"] == after["verdict"] == "stacked", (before, after)
-    assert after["ratio"] - 1 < 0.25 * (before["ratio"] - 1), (before, after)
-    gpt2 = bench.compare_times(reuse, "gpt2-small", "forward", "batched", "stacked")
-    assert gpt2["verdict"] == "batched" and gpt2["ratio"] > 0.9, gpt2
 
 
 # --- The chapter's tables and figure over the stored run -------------------------------------------
