@@ -1,7 +1,9 @@
-# The course's two commands:
-#   make book   build the HTML book into _build/html (creates .venv and installs everything on first use)
-#   make test   run every test: the linter, the book build (warnings are errors), package tests, strict nbval on every chapter
+# The course's three commands (each creates .venv and installs everything on first use):
+#   make book   build the HTML book into _build/html
+#   make test   run every test: the linter, the book build (warnings are errors), package tests, strict nbval
+#               on every chapter, and the browser tests over the built book
 #   make lab    start learning: JupyterLab on the chapters without solutions, in student/
+# Below them: make student, make book-student and make test-package (the package's tests alone).
 # Needs only Python 3.11+ and make.
 
 PYTHON ?= python3

@@ -9,7 +9,10 @@ reads the notebooks' JSON (it starts no kernel, and needs nothing beyond Python)
 - execution counts other than 1, 2, 3, ... from the top: cells were run out of order, twice, or in a
   kernel that had already run something else;
 - an error output: the run failed there. A cell tagged ``raises-exception`` is meant to raise (the
-  executor and nbval both expect its error), so its error is accepted.
+  executor and nbval both expect its error), so its error is accepted;
+- a kernel other than ``python3``: nbval and the grader start the kernel the notebook names, and
+  ``python3`` is the one every environment with ipykernel has (a kernel named after one machine's
+  virtual environment is missing everywhere else).
 
 Cells that Jupyter's executor does not run are expected to have no count: code cells with no code, and
 cells tagged ``skip-execution``.
@@ -27,6 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 EXPECTED_ERROR_TAG = "raises-exception"
+KERNEL = "python3"
 NOT_EXECUTED_TAG = "skip-execution"
 FIX = (
     "Run each notebook listed from the top in a fresh kernel and save it, from the repository's root: "
@@ -57,16 +61,26 @@ def problems_in(notebook: dict) -> list[str]:
 
     >>> def code(source, count):
     ...     return {"cell_type": "code", "source": source, "execution_count": count, "outputs": []}
-    >>> problems_in({"cells": [code("x = 1", 1), code("print(x)", 2)]})
+    >>> def chapter(*cells, kernel="python3"):
+    ...     return {"metadata": {"kernelspec": {"name": kernel}}, "cells": list(cells)}
+    >>> problems_in(chapter(code("x = 1", 1), code("print(x)", 2)))
     []
-    >>> for problem in problems_in({"cells": [code("x = 1", None), code("print(x)", None)]}):
+    >>> for problem in problems_in(chapter(code("x = 1", None), code("print(x)", None))):
     ...     print(problem)
     cell 1 (`x = 1`) and 1 later code cell have no execution count: they never ran
-    >>> for problem in problems_in({"cells": [code("x = 1", 2), code("print(x)", 1)]}):
+    >>> for problem in problems_in(chapter(code("x = 1", 2), code("print(x)", 1))):
     ...     print(problem)
     cell 1 (`x = 1`) has execution count 2 where a run from the top gives 1: cells ran out of order, or twice
+    >>> problems_in(chapter(code("x = 1", 1), kernel="my-venv"))
+    ["the notebook's kernel is 'my-venv', not 'python3': choose the Python 3 kernel (Kernel > Change Kernel) and save"]
     """
     problems = []
+    kernel = notebook.get("metadata", {}).get("kernelspec", {}).get("name")
+    if kernel != KERNEL:
+        problems.append(
+            f"the notebook's kernel is {kernel!r}, not {KERNEL!r}: choose the Python 3 kernel "
+            "(Kernel > Change Kernel) and save"
+        )
     never_ran: list[str] = []  # reported once, in the place of the first such cell, with how many follow
     first_missing = 0
     expected_count = 1

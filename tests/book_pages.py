@@ -1,4 +1,8 @@
-"""Pages of the built book and how to open them: shared by the browser tests and their fixtures."""
+"""The book's pages: their sources, the built HTML and how to open it, and what the tests hold them to.
+
+Shared by the tests that read the chapters' sources (code cells, listings, the API page) and by the
+browser tests and their fixtures, which measure the built book.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import pkgutil
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,6 +28,9 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+#: Characters a line of code or output may hold: the book's code boxes hold 80 at a 1280 px window
+#: (``book/_static/book.css``).
+CODE_COLUMN = 80
 DESKTOP = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
 ENABLE_HINT = (
@@ -87,6 +95,14 @@ def page_file(docname: str) -> Path:
 
 
 DOCNAMES = toc_docnames()
+#: The pages that are notebooks: the chapters, in reading order.
+NOTEBOOKS = [name for name in DOCNAMES if source_of(name).suffix == ".ipynb"]
+
+
+def fail_if(problems, message: str) -> None:
+    """Fail with ``message`` and every problem on a line of its own, each once, in the order seen."""
+    if problems:
+        pytest.fail(message + "\n  " + "\n  ".join(dict.fromkeys(problems)), pytrace=False)
 
 
 # --------------------------------------------------------------------------------------------

@@ -19,12 +19,7 @@ import json
 
 import pytest
 
-from book_pages import DOCNAMES, source_of
-
-#: Characters a line of code or output may hold: the book's code boxes hold 80 at a 1280 px window.
-CODE_COLUMN = 80
-
-NOTEBOOKS = [name for name in DOCNAMES if source_of(name).suffix == ".ipynb"]
+from book_pages import CODE_COLUMN, NOTEBOOKS, source_of
 
 
 def _text(source) -> str:

@@ -10,17 +10,13 @@ that is not a docstring, and fit the book's code column.
 from __future__ import annotations
 
 import ast
-import json
 import re
 from types import SimpleNamespace
 
 import pytest
 from sphinx.directives.code import LiteralIncludeReader
 
-from book_pages import DOCNAMES, source_of
-
-#: Characters a code line may hold: the book's code boxes hold 80 at a 1280 px window (book.css).
-CODE_COLUMN = 80
+from book_pages import CODE_COLUMN, DOCNAMES, markdown_of, source_of
 
 #: The class each chapter teaches and must show in full.
 TAUGHT = {
@@ -34,18 +30,10 @@ FENCE = re.compile(r"^(`{3,}|:{3,})\{literalinclude\}\s+(\S+)\s*\n(.*?)^\1\s*$",
 OPTION = re.compile(r"^:([\w-]+):\s*(.*)$")
 
 
-def _markdown(docname: str) -> str:
-    path = source_of(docname)
-    if path.suffix != ".ipynb":
-        return path.read_text(encoding="utf-8")
-    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    return "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-
-
 def _listings(docname: str) -> list[tuple[str, dict[str, str]]]:
     """Every ``{literalinclude}`` of a page: its path and its options."""
     found = []
-    for match in FENCE.finditer(_markdown(docname)):
+    for match in FENCE.finditer(markdown_of(docname)):
         options = {}
         for line in match.group(3).splitlines():
             option = OPTION.match(line.strip())

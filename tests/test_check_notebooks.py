@@ -33,7 +33,7 @@ def executed(*sources: str, tags: dict[int, list[str]] | None = None):
         cell.outputs = [new_output("stream", name="stdout", text=f"output {count}\n")]
         cell.metadata["tags"] = (tags or {}).get(count - 1, [])
         cells.append(cell)
-    return new_notebook(cells=cells)
+    return new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}})
 
 
 def code_cells(notebook):
@@ -105,6 +105,17 @@ def test_cells_the_executor_skips_need_no_count():
     skipped.metadata["tags"] = ["skip-execution", "nbval-skip"]
     notebook.cells.insert(4, skipped)
     assert check_notebooks.problems_in(notebook) == []
+
+
+def test_a_notebook_that_names_another_kernel_is_refused():
+    notebook = executed("x = 1")
+    notebook.metadata.kernelspec.name = "mha-course-venv"  # a kernel only one machine has
+    assert check_notebooks.problems_in(notebook) == [
+        "the notebook's kernel is 'mha-course-venv', not 'python3': choose the Python 3 kernel "
+        "(Kernel > Change Kernel) and save"
+    ]
+    del notebook.metadata["kernelspec"]
+    assert check_notebooks.problems_in(notebook)[0].startswith("the notebook's kernel is None, not 'python3'")
 
 
 def test_main_reports_each_problem_with_its_file_and_how_to_fix_it(tmp_path, capsys):

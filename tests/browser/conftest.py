@@ -138,15 +138,21 @@ class Recorder:
         route.abort()
 
 
+def _offline_context(browser):
+    """A fresh context (fresh storage) at desktop width that may load only ``file://`` URLs, and its recorder."""
+    context = browser.new_context(viewport=DESKTOP)
+    recorder = Recorder()
+    context.route(LEAVES_THE_MACHINE, recorder.guard)
+    return context, recorder
+
+
 @pytest.fixture
 def offline_page(browser):
     """A new page in a fresh context (fresh storage) that may load only ``file://`` URLs.
 
     Yields ``(page, recorder)``.
     """
-    context = browser.new_context(viewport=DESKTOP)
-    recorder = Recorder()
-    context.route(LEAVES_THE_MACHINE, recorder.guard)
+    context, recorder = _offline_context(browser)
     yield _new_page(context, recorder, DESKTOP), recorder
     context.close()
 
@@ -194,11 +200,6 @@ class Visit:
     # Where each screenshot shows the page's title, against where the page has it (px from the left).
     screenshot_margins: dict[str, tuple[int | None, int]]
     screenshots: tuple[Path, Path]
-
-    @property
-    def phone_overflow_px(self) -> int:
-        """How far the page scrolls sideways on a phone (0 = not at all)."""
-        return self.layout["phone"]["overflow"]
 
 
 COLLECT = """() => {
@@ -359,9 +360,7 @@ def _open_phone_sidebar(page) -> dict:
 # --------------------------------------------------------------------------------------------
 
 def _visit(browser, docname: str, contrast_everywhere: bool) -> Visit:
-    context = browser.new_context(viewport=DESKTOP)
-    recorder = Recorder()
-    context.route(LEAVES_THE_MACHINE, recorder.guard)
+    context, recorder = _offline_context(browser)
     desktop, phone = _screenshot_path("desktop", docname), _screenshot_path("phone", docname)
     desktop.parent.mkdir(parents=True, exist_ok=True)
     phone.parent.mkdir(parents=True, exist_ok=True)

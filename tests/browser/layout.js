@@ -19,7 +19,6 @@
   const all = (selector) => [...article.querySelectorAll(selector)].filter(shown);
 
   const style = getComputedStyle(article);
-  const columnLeft = article.getBoundingClientRect().left + parseFloat(style.paddingLeft);
   const column = article.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
 
   // The first ancestor that hides what sticks out of it on the sides, and does not scroll, when
@@ -124,7 +123,7 @@
     return {
       where: where(img), y: y(img), src: (img.getAttribute("src") || "").split("/").pop(), alt: img.getAttribute("alt") || "",
       drawn_by: drawnBy(img),
-      shown: px(rect.width), natural: img.naturalWidth, box_left: px(boxRect.left), box_right: px(boxRect.right),
+      shown: px(rect.width), box_left: px(boxRect.left), box_right: px(boxRect.right),
       cut: describe(cutOffBy(img, rect)),
     };
   });
@@ -187,7 +186,6 @@
     width: window.innerWidth,
     overflow: document.scrollingElement.scrollWidth - window.innerWidth,
     column: px(column),
-    column_left: px(columnLeft),
     equations, blocks, text_tables: textTables, figures, tables,
     broken_punctuation: brokenPunctuation, loose_punctuation: loosePunctuation, heading,
   };

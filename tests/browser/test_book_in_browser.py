@@ -15,7 +15,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from book_pages import DOCNAMES, HTML, accepted_targets, markdown_of, open_page, page_file
+from book_pages import DOCNAMES, HTML, accepted_targets, fail_if, markdown_of, open_page, page_file
 
 pytestmark = pytest.mark.browser
 
@@ -26,18 +26,9 @@ EXERCISE_DIRECTIVE = re.compile(r"^\s*(```+|:::+)\s*\{(exercise|exercise-start)\
 SOLUTION_DIRECTIVE = re.compile(r"^\s*(```+|:::+)\s*\{(solution|solution-start)\}", re.MULTILINE)
 
 
-def _listing(lines) -> str:
-    return "\n  " + "\n  ".join(dict.fromkeys(lines))  # each problem once, in the order seen
-
-
-def _fail_if(problems, message: str) -> None:
-    if problems:
-        pytest.fail(message + _listing(problems), pytrace=False)
-
-
 @pytest.mark.parametrize("docname", DOCNAMES)
 def test_page_loads_without_errors_and_offline(visit, docname):
-    _fail_if(visit(docname).problems, f"{docname}.html:")
+    fail_if(visit(docname).problems, f"{docname}.html:")
 
 
 @pytest.mark.parametrize("docname", DOCNAMES)
@@ -46,7 +37,7 @@ def test_equations_render(visit, docname):
     assert page.math_rendered == page.math_total, (
         f"{docname}.html: MathJax rendered {page.math_rendered} of {page.math_total} equations"
     )
-    _fail_if(page.math_errors, f"{docname}.html: TeX errors:")
+    fail_if(page.math_errors, f"{docname}.html: TeX errors:")
 
 
 def test_the_book_has_equations(visit):
@@ -57,7 +48,7 @@ def test_the_book_has_equations(visit):
 @pytest.mark.parametrize("docname", DOCNAMES)
 def test_images_load(visit, docname):
     broken = [src for src, width in visit(docname).images if width == 0]
-    _fail_if(broken, f"{docname}.html: images that did not load:")
+    fail_if(broken, f"{docname}.html: images that did not load:")
 
 
 def test_the_book_has_images(visit):
@@ -107,8 +98,8 @@ def test_search_finds_every_chapter(visit, offline_page):
         found = page.locator("#search-results ul.search li a").evaluate_all("links => links.map((a) => a.href)")
         if not any(href.endswith(f"/{docname}.html") for href in found):
             misses.append(f"{word!r} (from the title of {docname}) found {found or 'nothing'}")
-    _fail_if(misses, "search did not find the chapter:")
-    _fail_if(recorder.problems, "while searching:")
+    fail_if(misses, "search did not find the chapter:")
+    fail_if(recorder.problems, "while searching:")
 
 
 class _PrevNextLinks(HTMLParser):
@@ -147,7 +138,7 @@ def test_next_and_previous_follow_the_table_of_contents(offline_page):
         for name in DOCNAMES
         if _neighbours(name) != expected[name]
     ]
-    _fail_if(wrong, "'previous' and 'next' do not follow _toc.yml:")
+    fail_if(wrong, "'previous' and 'next' do not follow _toc.yml:")
 
     page, recorder = offline_page
 
@@ -159,7 +150,7 @@ def test_next_and_previous_follow_the_table_of_contents(offline_page):
 
     click("right-next", DOCNAMES[0], DOCNAMES[1])
     click("left-prev", DOCNAMES[-1], DOCNAMES[-2])
-    _fail_if(recorder.problems, "while following next and previous:")
+    fail_if(recorder.problems, "while following next and previous:")
 
 
 # A citation as sphinxcontrib-bibtex writes it in the text: "Vaswani <em>et al.</em> [<a href=
@@ -193,7 +184,7 @@ def test_references_are_labelled_as_the_text_cites_them():
             if labels.get(m["target"]) != cited:
                 wrong.append(f"{name}: the text cites {cited!r}, the References page labels it {labels.get(m['target'])!r}")
     assert seen, "no citation found in the book"
-    _fail_if(wrong, "citations and References labels disagree:")
+    fail_if(wrong, "citations and References labels disagree:")
 
 
 def _first_page_with_math(visit) -> str:
@@ -240,7 +231,7 @@ def test_mathjax_menu_accessibility_and_renderers_work_offline(visit, offline_pa
 
     _use_menu(page, rendered.first, "Accessibility", "Collapsible Math")
     all_rendered("MathJax._.a11y.complexity !== undefined")
-    _fail_if(recorder.problems, "while using MathJax's menu:")
+    fail_if(recorder.problems, "while using MathJax's menu:")
 
 
 def test_api_page_shows_every_public_name_with_its_docstring(offline_page):
@@ -260,5 +251,5 @@ def test_api_page_shows_every_public_name_with_its_docstring(offline_page):
         description = entry.evaluate("dt => dt.nextElementSibling ? dt.nextElementSibling.innerText : ''")
         if len(description.split()) < 5:
             missing.append(f"{name}: its entry shows no docstring")
-    _fail_if(missing, "the API page does not show:")
-    _fail_if(recorder.problems, "while opening the API page:")
+    fail_if(missing, "the API page does not show:")
+    fail_if(recorder.problems, "while opening the API page:")

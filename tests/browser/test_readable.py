@@ -20,19 +20,13 @@ import re
 
 import pytest
 
-from book_pages import DOCNAMES, PHONE
+from book_pages import CODE_COLUMN, DOCNAMES, PHONE, fail_if
 from mha_course.plots import BOOK_COLUMN_PX
 
 pytestmark = pytest.mark.browser
 
 WIDTHS = ("desktop", "phone")
-CODE_COLUMN_CHARS = 80  # the longest line a chapter's code and printed output may have
-
-# Pages whose content does not pass a check yet. The check is right; the page's notebook (or
-# Markdown) is what changes, and the failure message lists each offender to change. On these
-# pages the check runs as an expected failure; it is strict, so a page that starts passing fails
-# the check until its entry here is removed.
-CONTENT_TO_FIX: dict[str, dict[str, str]] = {}
+PAGES_AND_WIDTHS = [(name, width) for name in DOCNAMES for width in WIDTHS]
 
 # Blocks that may be wider than their box on a desktop: (page, kind of block) and why.
 WIDE_BLOCKS_ALLOWED = {
@@ -41,36 +35,11 @@ WIDE_BLOCKS_ALLOWED = {
 }
 
 
-def _pages(check: str) -> list:
-    """Every page, the ones listed under ``check`` in CONTENT_TO_FIX marked as expected to fail."""
-    pending = CONTENT_TO_FIX.get(check, {})
-    return [
-        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=f"content to fix: {pending[name]}"))
-        if name in pending else name
-        for name in DOCNAMES
-    ]
-
-
-def _pages_and_widths(check: str, widths=WIDTHS) -> list:
-    pending = CONTENT_TO_FIX.get(check, {})
-    return [
-        pytest.param(name, width, marks=pytest.mark.xfail(strict=True, reason=f"content to fix: {pending[name]}"))
-        if name in pending else pytest.param(name, width)
-        for name in DOCNAMES
-        for width in widths
-    ]
-
-
-def _fail_if(problems, message: str) -> None:
-    if problems:
-        pytest.fail(message + "\n  " + "\n  ".join(dict.fromkeys(problems)), pytrace=False)
-
-
 # --------------------------------------------------------------------------------------------
 # The page, equations and punctuation
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("docname, width", _pages_and_widths("page"))
+@pytest.mark.parametrize("docname, width", PAGES_AND_WIDTHS)
 def test_page_never_scrolls_sideways(visit, docname, width):
     overflow = visit(docname).layout[width]["overflow"]
     assert overflow <= 0, (
@@ -79,29 +48,29 @@ def test_page_never_scrolls_sideways(visit, docname, width):
     )
 
 
-@pytest.mark.parametrize("docname, width", _pages_and_widths("equations"))
+@pytest.mark.parametrize("docname, width", PAGES_AND_WIDTHS)
 def test_no_display_equation_is_clipped(visit, docname, width):
     """An equation wider than its box scrolls inside it; none is cut off by a box that hides it."""
-    _fail_if([
+    fail_if([
         f"{eq['where']} (y {eq['y']}): {eq['tex']!r}: {eq['content']} px of equation in a {eq['box']} px box"
         + (f", cut off by {eq['clipped_by']}" if eq["clipped_by"] else ", which does not scroll")
         for eq in visit(docname).layout[width]["equations"] if eq["clipped"]
     ], f"{docname}.html at {width} width: display equations cut off (break them with aligned, or shorten):")
 
 
-@pytest.mark.parametrize("docname", _pages("equations fit"))
+@pytest.mark.parametrize("docname", DOCNAMES)
 def test_display_equations_fit_the_column_on_a_desktop(visit, docname):
     """On a phone a long equation may scroll in its box; on a desktop every one fits the column."""
-    _fail_if([
+    fail_if([
         f"{eq['where']} (y {eq['y']}): {eq['tex']!r}: {eq['content']} px of equation in a {eq['box']} px box"
         for eq in visit(docname).layout["desktop"]["equations"] if eq["content"] > eq["box"] + 1
     ], f"{docname}.html at desktop width: display equations wider than the column (break them with aligned):")
 
 
-@pytest.mark.parametrize("docname, width", _pages_and_widths("punctuation"))
+@pytest.mark.parametrize("docname, width", PAGES_AND_WIDTHS)
 def test_punctuation_stays_with_its_inline_math(visit, docname, width):
     layout = visit(docname).layout[width]
-    _fail_if(
+    fail_if(
         [f"{p['where']}: '{p['text']}' breaks across lines" for p in layout["broken_punctuation"]]
         + [f"{p['where']}: '{p['text']}' is not kept together (book/_ext/math_punctuation.py)"
            for p in layout["loose_punctuation"]],
@@ -113,26 +82,26 @@ def test_punctuation_stays_with_its_inline_math(visit, docname, width):
 # Code and output blocks
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("docname", _pages("code column"))
+@pytest.mark.parametrize("docname", DOCNAMES)
 def test_code_blocks_hold_80_characters_on_a_desktop(visit, docname):
     """The book's styles give every code and output block room for an 80-character line."""
-    _fail_if([
+    fail_if([
         f"{block['where']}: a {block['kind']} block {block['box']} px wide holds {block['fits']} characters "
         f"at {block['font_px']:.1f} px"
-        for block in visit(docname).layout["desktop"]["blocks"] if block["fits"] < CODE_COLUMN_CHARS
-    ], f"{docname}.html at desktop width: blocks that hold fewer than {CODE_COLUMN_CHARS} characters a line:")
+        for block in visit(docname).layout["desktop"]["blocks"] if block["fits"] < CODE_COLUMN
+    ], f"{docname}.html at desktop width: blocks that hold fewer than {CODE_COLUMN} characters a line:")
 
 
-@pytest.mark.parametrize("docname", _pages("blocks fit"))
+@pytest.mark.parametrize("docname", DOCNAMES)
 def test_code_and_output_fit_their_boxes_on_a_desktop(visit, docname):
     """A desktop reader never scrolls sideways inside a code or output block (but the allowed few)."""
-    _fail_if([
+    fail_if([
         f"{block['where']}: {block['kind']} line of {block['chars']} characters, {block['content']} px in a "
         f"{block['box']} px box: {block['line']!r}"
         for block in visit(docname).layout["desktop"]["blocks"]
         if block["content"] > block["box"] + 1 and (docname, block["kind"]) not in WIDE_BLOCKS_ALLOWED
     ], f"{docname}.html at desktop width: blocks wider than their box (keep lines to "
-       f"{CODE_COLUMN_CHARS} characters):")
+       f"{CODE_COLUMN} characters):")
 
 
 def test_wide_blocks_allowed_are_still_there(visit):
@@ -143,14 +112,14 @@ def test_wide_blocks_allowed_are_still_there(visit):
         for block in visit(name).layout["desktop"]["blocks"]
         if block["content"] > block["box"] + 1
     }
-    _fail_if([f"{entry}: {reason}" for entry, reason in WIDE_BLOCKS_ALLOWED.items() if entry not in used],
+    fail_if([f"{entry}: {reason}" for entry, reason in WIDE_BLOCKS_ALLOWED.items() if entry not in used],
              "WIDE_BLOCKS_ALLOWED excuses blocks that are no longer wide; remove:")
 
 
-@pytest.mark.parametrize("docname", _pages("phone blocks"))
+@pytest.mark.parametrize("docname", DOCNAMES)
 def test_code_and_output_scroll_inside_their_box_on_a_phone(visit, docname):
     layout = visit(docname).layout["phone"]
-    _fail_if([
+    fail_if([
         f"{block['where']}: {block['kind']} block from {block['left']} to {block['right']} px"
         + (f", cut off by {block['cut']}" if block["cut"] else "")
         + ("" if block["scrolls"] or block["content"] <= block["box"] + 1 else ", its content wider and not scrolling")
@@ -164,16 +133,16 @@ def test_code_and_output_scroll_inside_their_box_on_a_phone(visit, docname):
 # Tables
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("docname", _pages("text tables"))
+@pytest.mark.parametrize("docname", DOCNAMES)
 def test_results_are_html_tables_not_text(visit, docname):
     """A table is shown as a table (mha_course.tables.Table, displayed), never printed as text."""
-    _fail_if([
+    fail_if([
         f"{table['where']}: printed as text: {table['line']!r}"
         for table in visit(docname).layout["desktop"]["text_tables"]
     ], f"{docname}.html: tables printed as text (display a mha_course.tables.Table instead of printing it):")
 
 
-@pytest.mark.parametrize("docname, width", _pages_and_widths("tables"))
+@pytest.mark.parametrize("docname, width", PAGES_AND_WIDTHS)
 def test_tables_scroll_inside_their_own_box(visit, docname, width):
     layout = visit(docname).layout[width]
     problems = []
@@ -184,17 +153,17 @@ def test_tables_scroll_inside_their_own_box(visit, docname, width):
         if table["table"] > table["box"] + 1 and not (table["scrolls"] and table["focusable"]):
             problems.append(f"{name} is {table['table']} px in a {table['box']} px box that "
                             + ("does not scroll" if not table["scrolls"] else "the keyboard cannot reach"))
-    _fail_if(problems, f"{docname}.html at {width} width: tables that do not scroll inside their own box:")
+    fail_if(problems, f"{docname}.html at {width} width: tables that do not scroll inside their own box:")
 
 
-@pytest.mark.parametrize("docname", _pages("table numbers"))
+@pytest.mark.parametrize("docname", DOCNAMES)
 def test_table_numbers_right_aligned_in_human_units(visit, docname):
     problems = []
     for table in visit(docname).layout["desktop"]["tables"]:
         problems += [f"{table['where']}: column {column!r} holds numbers aligned left" for column in table["misaligned"]]
         problems += [f"{table['where']}: {cell!r} in exponent notation (format it: µs/ms/s, KiB/MiB/GiB, "
                      "or three significant digits)" for cell in table["exponents"]]
-    _fail_if(problems, f"{docname}.html: table numbers that are hard to read:")
+    fail_if(problems, f"{docname}.html: table numbers that are hard to read:")
 
 
 # --------------------------------------------------------------------------------------------
@@ -206,14 +175,14 @@ def test_the_column_is_as_wide_as_figures_assume(visit):
     columns = {name: visit(name).layout["desktop"]["column"] for name in DOCNAMES if visit(name).layout["desktop"]["figures"]}
     assert columns, "no page of the book shows a figure"
     wrong = [f"{name}: {width} px" for name, width in columns.items() if abs(width - BOOK_COLUMN_PX) > 1]
-    _fail_if(wrong, f"the book's column is not mha_course.plots.BOOK_COLUMN_PX = {BOOK_COLUMN_PX} px wide at "
+    fail_if(wrong, f"the book's column is not mha_course.plots.BOOK_COLUMN_PX = {BOOK_COLUMN_PX} px wide at "
                     "desktop width; update the constant (figures' text sizes are computed from it):")
 
 
-@pytest.mark.parametrize("docname", _pages("figure width"))
+@pytest.mark.parametrize("docname", DOCNAMES)
 def test_figures_take_most_of_the_column_on_a_desktop(visit, docname):
     layout = visit(docname).layout["desktop"]
-    _fail_if([
+    fail_if([
         f"{figure['where']} (y {figure['y']}): {figure['drawn_by'] or figure['src']!r} shown {figure['shown']} px wide "
         f"({figure['shown'] / layout['column']:.0%} of the {layout['column']} px column)"
         for figure in layout["figures"] if figure["shown"] < 0.6 * layout["column"]
@@ -221,7 +190,7 @@ def test_figures_take_most_of_the_column_on_a_desktop(visit, docname):
        "(draw them wider: mha_course.plots.book_figsize):")
 
 
-@pytest.mark.parametrize("docname", _pages("phone figures"))
+@pytest.mark.parametrize("docname", DOCNAMES)
 def test_figures_keep_their_size_on_a_phone_and_scroll_in_their_box(visit, docname):
     """On a phone a figure is as large as on a desktop (its text as readable) and scrolls in its box."""
     page = visit(docname)
@@ -236,16 +205,16 @@ def test_figures_keep_their_size_on_a_phone_and_scroll_in_their_box(visit, docna
         if figure["box_left"] < -1 or figure["box_right"] > layout["width"] + 1 or figure["cut"]:
             problems.append(f"{figure['where']}: {figure['drawn_by'] or figure['src']!r}: its box spans {figure['box_left']}.."
                             f"{figure['box_right']} px" + (f", cut off by {figure['cut']}" if figure["cut"] else ""))
-    _fail_if(problems, f"{docname}.html at {PHONE['width']} px: figures that shrink or do not scroll in their box:")
+    fail_if(problems, f"{docname}.html at {PHONE['width']} px: figures that shrink or do not scroll in their box:")
 
 
 FILE_NAME = re.compile(r"(^|/)[^ ]+\.(png|jpe?g|gif|svg|webp)$", re.IGNORECASE)
 
 
-@pytest.mark.parametrize("docname", _pages("alt text"))
+@pytest.mark.parametrize("docname", DOCNAMES)
 def test_figures_have_alt_text_that_says_what_they_show(visit, docname):
     """A screen reader reads a figure's alt text: a sentence about the figure, not its file's path."""
-    _fail_if([
+    fail_if([
         f"{figure['where']} (y {figure['y']}): {figure['drawn_by'] or figure['src']!r} has alt text {figure['alt']!r}"
         for figure in visit(docname).layout["desktop"]["figures"]
         if FILE_NAME.search(figure["alt"].strip()) or len(figure["alt"].split()) < 3
@@ -257,7 +226,7 @@ def test_figures_have_alt_text_that_says_what_they_show(visit, docname):
 # The sidebar on a phone
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("docname", _pages("phone sidebar"))
+@pytest.mark.parametrize("docname", DOCNAMES)
 def test_the_sidebar_opens_and_fits_on_a_phone(visit, docname):
     sidebar = visit(docname).phone_sidebar
     assert sidebar.get("opened"), f"{docname}.html: the left sidebar did not open on a phone: {sidebar}"
@@ -277,18 +246,18 @@ def test_the_sidebar_opens_and_fits_on_a_phone(visit, docname):
         problems.append("it shows no link")
     if not sidebar["closed_with_escape"]:
         problems.append("Escape does not close it")
-    _fail_if(problems, f"{docname}.html at {PHONE['width']} px, the left sidebar:")
+    fail_if(problems, f"{docname}.html at {PHONE['width']} px, the left sidebar:")
 
 
 # --------------------------------------------------------------------------------------------
 # Accessibility rules (axe-core)
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("docname", _pages("accessibility"))
+@pytest.mark.parametrize("docname", DOCNAMES)
 def test_no_serious_accessibility_problem(visit, docname):
     """axe-core (WCAG 2 A and AA, and best practices) finds nothing serious or critical."""
     found = visit(docname).accessibility
-    _fail_if([
+    fail_if([
         f"{v.rule} ({v.impact}): {v.help}: {', '.join(v.targets[:8])}" + (" ..." if len(v.targets) > 8 else "")
         for v in found if v.impact in ("serious", "critical")
     ], f"{docname}.html at desktop width, solutions open: accessibility problems (axe-core):")
@@ -304,7 +273,7 @@ def test_colour_contrast_and_target_size_are_checked_on_one_page(visit):
 # Screenshots
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("docname, width", _pages_and_widths("screenshots"))
+@pytest.mark.parametrize("docname, width", PAGES_AND_WIDTHS)
 def test_screenshots_start_at_the_page_left_edge(visit, docname, width):
     """The screenshot shows the page's title where the page lays it out: nothing slid sideways."""
     page = visit(docname)
