@@ -33,10 +33,7 @@ from typing import Any, Callable
 
 import torch
 
-from .records import (ATOL, NAME_KEY, PROBE_ERROR_KEY, RTOL, SEED_KEY, STATUS_KEY, Failed, Recorder,  # noqa: F401
-                      close, describe, entry, error_summary, expect_close, expect_shape, format_number,
-                      format_shape, format_values, int_of, number, number_of, plain, same, seed_of, summarise,
-                      tensor_of, value_of)
+from .records import NAME_KEY, PROBE_ERROR_KEY, STATUS_KEY, Failed, Recorder, error_summary
 from .shortcuts import CALLS_KEY, IS_KEY, CallWatch, Shortcut, answer_is, check_internals, own_code_check
 
 # The status of one checked exercise.
