@@ -95,8 +95,7 @@ class Exercise:
         mistakes: the catalogue of typical wrong answers, most specific first.
         shortcuts: the package's functions and classes (and torch calls) that already do what the
             exercise asks; an answer that is or calls one, or one of the checks' own functions,
-            fails "written by you". ``None`` (an exercise that watches for them itself) adds no
-            such check.
+            fails "written by you".
     """
 
     id: str
@@ -106,10 +105,10 @@ class Exercise:
     probe: Callable[[Any, Recorder], None]
     checks: tuple[Check, ...]
     mistakes: tuple[Mistake, ...] = ()
-    shortcuts: tuple[Shortcut, ...] | None = None
+    shortcuts: tuple[Shortcut, ...] = ()
 
     def __post_init__(self):
-        if self.shortcuts is not None and (not self.checks or self.checks[0].name != OWN_CODE):
+        if not self.checks or self.checks[0].name != OWN_CODE:
             own = Check(OWN_CODE, lambda record: own_code_check(self.all_shortcuts())(record))
             object.__setattr__(self, "checks", (own, *self.checks))
 
@@ -118,8 +117,8 @@ class Exercise:
         return int(self.id.split(".")[0])
 
     def all_shortcuts(self) -> tuple[Shortcut, ...]:
-        """The exercise's shortcuts and the checks' own functions (none if it names no shortcuts)."""
-        return () if self.shortcuts is None else (*self.shortcuts, *check_internals())
+        """The exercise's shortcuts and the checks' own functions."""
+        return (*self.shortcuts, *check_internals())
 
 
 @dataclass(frozen=True)
