@@ -21,7 +21,8 @@ from .framework import Check, Exercise, Mistake
 from .probes import (batch, causality_check, device_check, draw, dropout_in_eval, dropout_lost, error_on_device,
                      eval_output, future_changed, gradients_check, module_class_check, parameters_with_gradients,
                      probe_backward, probe_dropout, probe_module_class, probe_on_devices, state_of)
-from .records import Failed, Recorder, expect_close, expect_shape, format_shape, plain, same, seed_of, tensor_of, value_of
+from .records import (Failed, Recorder, expect_close, expect_shape, format_shape, plain, raised, same, seed_of,
+                      tensor_of, value_of)
 from .shortcuts import attention_modules, package, torch_attention
 
 DROPOUT = 0.5
@@ -239,13 +240,6 @@ def _shape_of(name: str, rule):
     return detect
 
 
-def _main_error(*fragments):
-    def detect(record):
-        out = record["main_out"]
-        return out["kind"] == "error" and any(f in out["message"] for f in fragments)
-    return detect
-
-
 _PARTS = "the course's parts: W_query, W_key, W_value, out_proj"
 _MASK = "the causal mask is a buffer named mask"
 _DROP_TRAIN = "dropout acts on the attention weights in training mode"
@@ -304,7 +298,7 @@ CAPSTONE = Exercise(
                 "The input is shorter than context_length, and the whole (context_length, "
                 "context_length) mask does not fit its (T, T) scores. Use its top-left corner: "
                 "self.mask[:num_tokens, :num_tokens].",
-                _main_error("must match the size", "shape mismatch", "broadcast")),
+                lambda record: raised(record, "main_out", "must match the size", "shape mismatch", "broadcast")),
         Mistake("scale-d-out",
                 "You scaled the scores by sqrt(d_out). Each head's scores are dot products of head_dim "
                 "numbers, so the scale is sqrt(head_dim) = sqrt(d_out // num_heads).",

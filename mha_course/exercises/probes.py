@@ -19,7 +19,7 @@ from torch import nn
 
 from ..data import random_batch
 from ..device import get_device
-from .records import Failed, Recorder, describe, plain, same, tensor_of, value_of
+from .records import Failed, Recorder, describe, plain, raised, same, tensor_of, value_of
 
 #: The device every device check asks for: PyTorch's ``meta`` device holds shapes but no data,
 #: exists on every machine, and refuses to mix with CPU tensors, exactly as a GPU does.
@@ -130,11 +130,8 @@ def device_check(key: str, what: str, hint: str = "") -> Callable[[dict], None]:
 
 def error_on_device(record: dict, key: str, *fragments: str) -> bool:
     """True if a device probe under ``key`` raised an error whose message holds a fragment."""
-    for device in plain(record.get(f"{key}:devices")) or []:
-        got = record.get(f"{key}@{torch.device(device).type}", {})
-        if got.get("kind") == "error" and any(f in got["message"] for f in fragments):
-            return True
-    return False
+    return any(raised(record, f"{key}@{torch.device(device).type}", *fragments)
+               for device in plain(record.get(f"{key}:devices")) or [])
 
 
 # ----------------------------------------------------------------------------------------------
