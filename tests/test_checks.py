@@ -699,7 +699,7 @@ def test_every_exercise_has_a_correct_answer_and_at_least_three_per_chapter():
     assert set(CORRECT) == set(EXERCISES)
     for chapter in (1, 2, 3):
         assert sum(e.chapter == chapter for e in EXERCISES.values()) >= 3
-    for chapter in (1, 2, 3, 4, 5):  # ids run 1, 2, 3 ... in every chapter
+    for chapter in sorted({e.chapter for e in EXERCISES.values()}):  # ids run 1, 2, 3 ... in every chapter
         numbers = [int(e.id.split(".")[1]) for e in EXERCISES.values() if e.chapter == chapter]
         assert numbers == list(range(1, len(numbers) + 1))
 

@@ -96,6 +96,42 @@ def test_a_changed_notebook_or_package_is_graded_again(folder, first, monkeypatc
     assert graded == ["01_one_causal_head.ipynb"]
 
 
+def _fake_grading(monkeypatch, status: str) -> list[str]:
+    """Replace grading by one that records the notebooks it grades and gives each exercise ``status``."""
+    graded = []
+
+    def fake_grade(paths, *args, **kwargs):
+        graded.extend(Path(p).name for p in paths)
+        return [grader.NotebookReport(str(p), [grader.ExerciseScore("1.1", "t", status, 0, 0, 6, f"✗ 1.1: {status}")])
+                for p in paths]
+
+    monkeypatch.setattr(progress_module, "grade", fake_grade)
+    return graded
+
+
+def test_other_time_limits_grade_the_notebook_again(tmp_path, monkeypatch):
+    shutil.copyfile(NOTEBOOKS / "raises.ipynb", tmp_path / "01_one_causal_head.ipynb")
+    graded = _fake_grading(monkeypatch, "failed")
+    progress(tmp_path, show_bar=False)
+    progress(tmp_path, show_bar=False)
+    assert graded == ["01_one_causal_head.ipynb"]  # the same limits: the verdict is reused
+    for limits in ({"timeout": 900.0}, {"cell_timeout": 200.0}, {"check_timeout": 300.0}):
+        graded.clear()
+        progress(tmp_path, show_bar=False, **limits)
+        assert graded == ["01_one_causal_head.ipynb"], limits
+
+
+@pytest.mark.parametrize("status", progress_module.UNSETTLED)
+def test_a_grading_the_machine_cut_short_is_not_kept(tmp_path, monkeypatch, status):
+    shutil.copyfile(NOTEBOOKS / "raises.ipynb", tmp_path / "01_one_causal_head.ipynb")
+    graded = _fake_grading(monkeypatch, status)
+    first = progress(tmp_path, show_bar=False)
+    assert first[0].exercises[0].line == f"✗ 1.1: {status}"  # shown, but not cached
+    progress(tmp_path, show_bar=False)
+    assert graded == ["01_one_causal_head.ipynb"] * 2
+    assert json.loads((tmp_path / CACHE_NAME).read_text(encoding="utf-8"))["notebooks"] == {}
+
+
 def test_chapter_notebooks_are_found_by_number(tmp_path):
     for name in ("02_mine.ipynb", "01_a.ipynb", "1_b.ipynb", "notes.ipynb", "10_later.ipynb"):
         (tmp_path / name).write_text("{}", encoding="utf-8")

@@ -96,3 +96,15 @@ def test_the_same_name_outside_the_package_is_the_learners(tmp_path):
         namespace["kv_cache_bytes"]()
         cost.kv_cache_bytes_per_token(1, 1, 1)
     assert watch.seen == []
+
+
+def test_every_exercise_refuses_the_checks_own_functions():
+    """Every exercise has the "written by you" check first, and among its shortcuts the functions of
+    the module of every exercise's probe (whatever chapter adds one)."""
+    from mha_course.exercises import EXERCISES
+    from mha_course.exercises.shortcuts import check_internals
+
+    watched = {target.__module__ for shortcut in check_internals() for target in shortcut.targets}
+    for exercise in EXERCISES.values():
+        assert exercise.checks[0].name == OWN_CODE, exercise.id
+        assert exercise.probe.__module__ in watched, exercise.id

@@ -29,6 +29,8 @@ from mha_course.__main__ import main
 from mha_course.exercises import EXERCISES
 from mha_course.exercises.grader import grade_notebook
 from mha_course.exercises.jupyter_markdown import BookIndex, book_index, read_bib, to_jupyter
+from mha_course.exercises.lab import JUPYTERLAB_PIN
+from mha_course.exercises.notebook_files import chapter_number
 from mha_course.exercises.student import (BEGIN, END, SolutionMarkerError, has_solution, is_solution_markdown,
                                           student_notebook, student_source, write_student_edition)
 
@@ -304,7 +306,7 @@ def test_student_markdown_renders_with_no_myst_left(tmp_path):
         html = "\n".join(renderer.render(c.source) for c in notebook.cells if c.cell_type == "markdown")
         left = [m.group(0) for m in _DIRECTIVE_LEFT.finditer(html)]
         assert not left, f"MyST left in the student edition of {path.name}: {left[:5]}"
-        number = int(path.name.split("_")[0])
+        number = chapter_number(path.name)
         for exercise in (e for e in EXERCISES.values() if e.chapter == number):
             assert re.search(rf"<h3>Exercise {re.escape(exercise.id)} · [^<]+</h3>", html), exercise.id
 
@@ -348,7 +350,7 @@ def test_exercises_come_last_so_stubs_cannot_break_the_chapter(chapter):
     assert code[0].startswith(("from ", "import "))
     stubs = [c for c in code[1:] if STUB in c]
     checks = [c for c in code[1:] if re.fullmatch(r'check\("\d+\.\d+", \w+\)', c)]
-    number = int(chapter.name.split("_")[0])
+    number = chapter_number(chapter.name)
     assert len(stubs) == len(checks) == len(_checked(student)) == sum(e.chapter == number for e in EXERCISES.values())
     for cell in checks:  # the grader probes each answer by the name its exercise gives
         exercise_id, name = re.fullmatch(r'check\("(\d+\.\d+)", (\w+)\)', cell).groups()
@@ -364,7 +366,7 @@ def test_first_student_chapter_runs_top_to_bottom_every_check_waits_and_it_score
     [path] = [p for p in write_student_edition(CHAPTERS[:1], tmp_path) if p.suffix == ".ipynb"]
     report = grade_notebook(path)
     assert report.events == []
-    number = int(path.name.split("_")[0])
+    number = chapter_number(path.name)
     assert [e.id for e in report.exercises] == [e for e in EXERCISES if EXERCISES[e].chapter == number]
     assert all(e.status == "not implemented" and e.notebook_printed == f"○ {e.id} not implemented yet"
                for e in report.exercises)
@@ -433,3 +435,9 @@ def test_lab_writes_what_is_missing_keeps_the_learners_work_and_serves_it(tmp_pa
     pages = len(list((ROOT / "book").glob("*.ipynb")))  # one of them was already there, kept
     assert f"Wrote {pages - 1} chapter notebook(s) without solutions to {out}/." in output
     assert f"Kept your 1 notebook(s) already in {out}/ as they are." in output
+
+
+def test_the_lab_installs_the_jupyterlab_pinned_in_requirements():
+    # `lab` names this pin in its hint when JupyterLab is missing: it must be the one the course installs.
+    requirements = (ROOT / "requirements.txt").read_text(encoding="utf-8")
+    assert re.findall(r"^jupyterlab==\S+", requirements, re.MULTILINE) == [JUPYTERLAB_PIN]

@@ -18,14 +18,14 @@ from ..heads import merge_heads, split_heads, stack_qkv, unstack_qkv
 from ..masking import causal_mask
 from ..multihead import MultiHeadAttention
 from .framework import Check, Exercise, Mistake
-from .probes import (batch, causality_check, connected_check, device_check, draw, error_on_device,
-                     future_changed, module_class_check, parameters_with_gradients, probe_backward,
-                     probe_module_class, probe_on_devices, state_of)
-from .records import Failed, Recorder, expect_close, expect_shape, format_shape, plain, same, seed_of, tensor_of, value_of
+from .probes import (batch, causality_check, device_check, draw, dropout_in_eval, dropout_lost, error_on_device,
+                     eval_output, future_changed, gradients_check, module_class_check, parameters_with_gradients,
+                     probe_backward, probe_dropout, probe_module_class, probe_on_devices, state_of)
+from .records import (Failed, Recorder, expect_close, expect_shape, format_shape, plain, raised, same, seed_of,
+                      tensor_of, value_of)
 from .shortcuts import attention_modules, package, torch_attention
 
 DROPOUT = 0.5
-ARGUMENT_NAMES = ("d_in", "d_out", "context_length", "dropout", "num_heads")
 
 
 def capstone_cases(seed: int) -> dict[str, tuple]:
@@ -67,12 +67,7 @@ def _probe(cls, rec: Recorder) -> None:
         rec.note(f"{case}_mask_attribute", isinstance(mask, torch.Tensor))
         x, _ = case_input(rec.seed, case)
         if case == "dropout":
-            module.train()
-            torch.manual_seed(rec.seed)  # the judge replays the same random draws
-            rec.call("dropout_train", module, x)
-            module.eval()
-            rec.call("dropout_eval", module, x)
-            rec.call("dropout_eval_again", module, x)
+            probe_dropout(rec, module, module, x)
             continue
         module.eval()
         rec.call(f"{case}_out", module, x)
@@ -178,20 +173,10 @@ def _dropout_train(record):
 
 def _dropout_eval(record):
     args, _, _ = capstone_cases(seed_of(record))["dropout"]
-    first = tensor_of(record, "dropout_eval", f"{call_text(args, False)} in eval mode")
-    again = tensor_of(record, "dropout_eval_again", f"{call_text(args, False)} in eval mode")
-    if not same(first, again):
-        raise Failed("the same output from two calls in eval mode", "two different outputs")
+    first = eval_output(record, f"{call_text(args, False)} in eval mode")
     x, _ = case_input(seed_of(record), "dropout")
     with torch.no_grad():
         expect_close(first, reference(record, "dropout").eval()(x), labels=("sequence", "token"))
-
-
-def _gradients(record):
-    connected_check(record, "main_grad_out")
-    missing = [name for name, flag in plain(record["main_gradients"]).items() if not flag]
-    if missing:
-        raise Failed("a gradient for every parameter", f"none for {', '.join(missing)}")
 
 
 def batched_variant(state: dict, x: torch.Tensor, num_heads: int, *, scale: str = "head_dim", split: str = "heads",
@@ -255,13 +240,6 @@ def _shape_of(name: str, rule):
     return detect
 
 
-def _main_error(*fragments):
-    def detect(record):
-        out = record["main_out"]
-        return out["kind"] == "error" and any(f in out["message"] for f in fragments)
-    return detect
-
-
 _PARTS = "the course's parts: W_query, W_key, W_value, out_proj"
 _MASK = "the causal mask is a buffer named mask"
 _DROP_TRAIN = "dropout acts on the attention weights in training mode"
@@ -286,7 +264,7 @@ CAPSTONE = Exercise(
         Check("with qkv_bias=True, other sizes", _output("bias")),
         Check(_DROP_TRAIN, _dropout_train),
         Check(_DROP_EVAL, _dropout_eval),
-        Check("gradients reach every parameter", _gradients),
+        Check("gradients reach every parameter", gradients_check("main_grad_out", "main_gradients")),
         Check(_DEVICE, device_check("main_on", "module.to(device)(x)")),
     ),
     mistakes=(
@@ -320,7 +298,7 @@ CAPSTONE = Exercise(
                 "The input is shorter than context_length, and the whole (context_length, "
                 "context_length) mask does not fit its (T, T) scores. Use its top-left corner: "
                 "self.mask[:num_tokens, :num_tokens].",
-                _main_error("must match the size", "shape mismatch", "broadcast")),
+                lambda record: raised(record, "main_out", "must match the size", "shape mismatch", "broadcast")),
         Mistake("scale-d-out",
                 "You scaled the scores by sqrt(d_out). Each head's scores are dot products of head_dim "
                 "numbers, so the scale is sqrt(head_dim) = sqrt(d_out // num_heads).",
@@ -361,8 +339,7 @@ CAPSTONE = Exercise(
         Mistake("dropout-missing",
                 "In training mode your module gives its eval-mode output: no dropout. Apply "
                 "self.dropout (nn.Dropout(dropout)) to the attention weights, after the softmax.",
-                lambda record: same(record["dropout_train"]["value"], record["dropout_eval"]["value"]),
-                (_DROP_TRAIN,)),
+                dropout_lost, (_DROP_TRAIN,)),
         Mistake("dropout-on-scores",
                 "Dropout acts on the scores, before the softmax, where a zeroed score still gets weight "
                 "(exp(0) = 1). Drop the attention weights instead, after the softmax.",
@@ -376,8 +353,7 @@ CAPSTONE = Exercise(
         Mistake("dropout-always",
                 "Dropout is active in eval mode too. nn.Dropout follows the module's mode; "
                 "F.dropout(x, p) does not unless you pass training=self.training.",
-                lambda record: not same(record["dropout_eval"]["value"], record["dropout_eval_again"]["value"]),
-                (_DROP_EVAL,)),
+                dropout_in_eval, (_DROP_EVAL,)),
         Mistake("mask-on-cpu",
                 "The mask stays on the CPU when the module moves: register it as a buffer "
                 "(self.register_buffer('mask', ...)), and .to(device) moves it with the weights.",

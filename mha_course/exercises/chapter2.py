@@ -13,8 +13,9 @@ from ..data import running_example
 from ..multihead import MultiHeadAttention
 from ..wrapper import MultiHeadAttentionWrapper
 from .framework import Check, Exercise, Mistake
-from .probes import (batch, causality_check, connected_check, device_check, draw, future_changed,
-                     module_class_check, probe_backward, probe_module_class, probe_on_devices)
+from .probes import (batch, causality_check, connected_check, device_check, draw, dropout_lost, eval_output,
+                     future_changed, module_class_check, parameters_with_gradients, probe_backward, probe_dropout,
+                     probe_module_class, probe_on_devices)
 from .records import (Failed, Recorder, describe, expect_close, expect_shape, int_of, plain, same, seed_of,
                       tensor_of, value_of)
 from .shortcuts import attention_modules, package
@@ -64,15 +65,7 @@ def _probe_stacked(cls, rec: Recorder) -> None:
         rec.note(f"{case}_parameters", _parameters(module))
         x, _ = _case_input(rec.seed, case)
         if case == "dropout":
-            if isinstance(module, nn.Module):
-                module.train()
-            # Training mode, from a known random state: the judge replays the same draws.
-            torch.manual_seed(rec.seed)
-            rec.call("dropout_train", module, x)
-            if isinstance(module, nn.Module):
-                module.eval()
-            rec.call("dropout_eval", module, x)
-            rec.call("dropout_eval_again", module, x)
+            probe_dropout(rec, module, module, x)
             continue
         rec.call(f"{case}_out", module, x)
         if case != "two":
@@ -81,8 +74,7 @@ def _probe_stacked(cls, rec: Recorder) -> None:
         rec.call("two_future", module, future_changed(x, rec.seed))
         out = rec.call("two_grad_out", module, x)
         probe_backward(rec, "two_grad_out", out)
-        rec.note("two_head_grads", [all(p.grad is not None and bool(p.grad.abs().sum() > 0)
-                                        for p in head.parameters()) for head in _heads_in(module)])
+        rec.note("two_head_grads", [all(parameters_with_gradients(head).values()) for head in _heads_in(module)])
         if isinstance(module, nn.Module):
             probe_on_devices(rec, "two_on", lambda device, module=module, x=x: module.to(device)(x.to(device)))
     biased = rec.call("bias_build", cls, 3, 2, 6, 0.0, 2, qkv_bias=True)
@@ -184,11 +176,8 @@ def _stacked_dropout_train(record):
 
 def _stacked_dropout_eval(record):
     args = stacked_cases(seed_of(record))["dropout"]
-    first = tensor_of(record, "dropout_eval", f"{_call_text(args)} in eval mode")
-    again = tensor_of(record, "dropout_eval_again", f"{_call_text(args)} in eval mode")
-    if not same(first, again):
-        raise Failed("the same output from two calls in eval mode", "two different outputs",
-                     "Dropout must be off in eval mode: use nn.Dropout (or pass training=self.training).")
+    eval_output(record, f"{_call_text(args)} in eval mode",
+                "Dropout must be off in eval mode: use nn.Dropout (or pass training=self.training).")
     _stacked_values("dropout", "dropout_eval")(record)
 
 
@@ -252,10 +241,6 @@ def _out_shape_is(shapes):
 
 def _dropout_like(how: str):
     return lambda record: same(record["dropout_train"]["value"], dropout_expected(record, how))
-
-
-def _dropout_lost(record) -> bool:
-    return same(record["dropout_train"]["value"], record["dropout_eval"]["value"])
 
 
 _DROPOUT_TRAIN = "dropout acts on every head's attention weights in training mode"
@@ -327,7 +312,7 @@ STACKED = Exercise(
                 "In training mode your module gives exactly its eval-mode output: the dropout rate never "
                 "reaches the heads. Pass it on, CausalAttention(d_in, d_out, context_length, dropout, "
                 "qkv_bias), so that each head drops some of its attention weights while training.",
-                _dropout_lost, (_DROPOUT_TRAIN,)),
+                dropout_lost, (_DROPOUT_TRAIN,)),
         Mistake("dropout-on-output",
                 "You applied dropout to the merged output. In attention, dropout acts on the attention "
                 "weights inside every head (each CausalAttention does it when given the rate), so pass "

@@ -16,8 +16,8 @@ from ..wrapper import MultiHeadAttentionWrapper
 from .capstone import CAPSTONE
 from .framework import Check, Exercise, Mistake
 from .probes import (agrees, batch, connected_check, device_check, draw, probe_backward, probe_on_devices)
-from .records import (Failed, Recorder, dict_of, expect_close, expect_shape, format_shape, number, plain, same,
-                      seed_of, tensor_of, value_of)
+from .records import (Failed, Recorder, dict_of, expect_close, expect_shape, format_shape, number, plain, raised,
+                      same, seed_of, summarise, tensor_of, value_of)
 from .shortcuts import attention_modules, package
 
 HEAD_LABELS = ("sequence", "head", "token")
@@ -177,9 +177,7 @@ def _merge_like(fn):
 
 
 def _needs_contiguous(record) -> bool:
-    error = record["a"]
-    return error["kind"] == "error" and "view" in error["message"] and (
-        "stride" in error["message"] or "contiguous" in error["message"])
+    return raised(record, "a", "view") and raised(record, "a", "stride", "contiguous")
 
 
 MERGE = Exercise(
@@ -373,13 +371,6 @@ def _bias_forgotten(record) -> bool:
         same(state[f"{role}.bias"], expected[f"{role}.bias"]) for role in ("W_query", "W_key", "W_value"))
 
 
-def _error_says(*fragments):
-    def detect(record):
-        error = record["two_call"]
-        return error["kind"] == "error" and any(f in error["message"] for f in fragments)
-    return detect
-
-
 def _replaced(kind: str):
     return lambda record: kind in plain(record["two_parameters"]).values()
 
@@ -404,12 +395,12 @@ TRANSFER = Exercise(
         Mistake("needs-no-grad",
                 "Copying into a parameter in place is an operation autograd refuses to record. Wrap the "
                 "copies in `with torch.no_grad():`.",
-                _error_says("leaf Variable", "requires grad")),
+                lambda record: raised(record, "two_call", "leaf Variable", "requires grad")),
         Mistake("rows-not-columns",
                 "The shapes do not fit: nn.Linear stores its weight as (out_features, in_features), so "
                 "each head owns a block of ROWS of mha's weight. Concatenate the heads' weights along "
                 "dim=0.",
-                _error_says("must match", "size mismatch", "shape")),
+                lambda record: raised(record, "two_call", "must match", "size mismatch", "shape")),
         Mistake("not-in-place",
                 "mha is unchanged after your function ran. Copy the weights into the module you are "
                 "given (with .copy_() under torch.no_grad()), as the check uses that module.",
@@ -492,9 +483,8 @@ def _size_answer(record, name: str) -> dict:
 
 
 def _as_number(value):
-    if isinstance(value, torch.Tensor):
-        return number({"kind": "tensor", "value": value})
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """The number in a value of the learner's dict (an int, a float or a one-element tensor), or ``None``."""
+    return number(summarise(value))
 
 
 def _size_key(name: str, keys=KEYS):

@@ -15,9 +15,10 @@ from ..interop import sdpa_forward
 from ..masking import causal_mask
 from ..multihead import MultiHeadAttention
 from .framework import Check, Exercise, Mistake
-from .probes import (agrees, batch, causality_check, connected_check, device_check, draw, future_changed,
-                     parameters_with_gradients, probe_backward, probe_on_devices)
-from .records import (Failed, Recorder, expect_close, format_shape, number, number_of, plain, same, seed_of,
+from .probes import (agrees, batch, causality_check, device_check, draw, dropout_in_eval, dropout_lost, eval_output,
+                     future_changed, gradients_check, parameters_with_gradients, probe_backward, probe_dropout,
+                     probe_on_devices)
+from .records import (Failed, Recorder, expect_close, format_shape, number, number_of, same, seed_of,
                       tensor_of)
 from .shortcuts import Shortcut, attention_modules, called, package, torch_attention
 
@@ -158,12 +159,7 @@ def _probe_fused(forward, rec: Recorder) -> None:
     for case in fused_cases(rec.seed):
         mha, (x, _) = fused_module(rec.seed, case), fused_input(rec.seed, case)
         if case == "dropout":
-            mha.train()
-            torch.manual_seed(rec.seed)  # the judge replays the same random draws
-            rec.call("dropout_train", forward, mha, x)
-            mha.eval()
-            rec.call("dropout_eval", forward, mha, x)
-            rec.call("dropout_eval_again", forward, mha, x)
+            probe_dropout(rec, mha, forward, mha, x)
             continue
         mha.eval()
         rec.call(case, forward, mha, x)
@@ -223,21 +219,11 @@ def _dropout_train(record):
 
 
 def _dropout_eval(record):
-    first = tensor_of(record, "dropout_eval", "sdpa_attention(mha, x) in eval mode")
-    again = tensor_of(record, "dropout_eval_again", "sdpa_attention(mha, x) in eval mode")
-    if not same(first, again):
-        raise Failed("the same output from two calls in eval mode", "two different outputs")
+    first = eval_output(record, "sdpa_attention(mha, x) in eval mode")
     x, label = fused_input(seed_of(record), "dropout")
     with torch.no_grad():
         expect_close(first, fused_module(seed_of(record), "dropout").eval()(x), labels=("sequence", "token"),
                      where=f"(mha(x) in eval mode) for x = {label}")
-
-
-def _gradients(record):
-    connected_check(record, "main_grad_out")
-    missing = [name for name, flag in plain(record["main_gradients"]).items() if not flag]
-    if missing:
-        raise Failed("a gradient for every parameter of mha", f"none for {', '.join(missing)}")
 
 
 def fused_variant(mha: MultiHeadAttention, x: torch.Tensor, *, causal: str = "is_causal", heads: bool = True,
@@ -291,7 +277,8 @@ FUSED = Exercise(
         Check("with qkv_bias=True, other sizes", _fused_output("bias")),
         Check(_DROP_TRAIN, _dropout_train),
         Check(_DROP_EVAL, _dropout_eval),
-        Check("gradients reach every parameter of mha", _gradients),
+        Check("gradients reach every parameter of mha",
+              gradients_check("main_grad_out", "main_gradients", "every parameter of mha")),
         Check("output on the input's device", device_check("main_on", "sdpa_attention(mha.to(device), x.to(device))")),
     ),
     mistakes=(
@@ -323,13 +310,11 @@ FUSED = Exercise(
         Mistake("dropout-never",
                 "In training mode your function gives its eval-mode output: pass "
                 "dropout_p=mha.dropout.p while mha.training is True.",
-                lambda record: same(record["dropout_train"]["value"], record["dropout_eval"]["value"]),
-                (_DROP_TRAIN,)),
+                dropout_lost, (_DROP_TRAIN,)),
         Mistake("dropout-always",
                 "The fused call drops weights whenever dropout_p > 0, in eval mode too: pass "
                 "dropout_p=mha.dropout.p if mha.training else 0.0.",
-                lambda record: not same(record["dropout_eval"]["value"], record["dropout_eval_again"]["value"]),
-                (_DROP_EVAL,)),
+                dropout_in_eval, (_DROP_EVAL,)),
     ),
     shortcuts=attention_modules() + (
         Shortcut(SDPA, (F.scaled_dot_product_attention,), forbidden=False),

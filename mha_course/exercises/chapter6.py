@@ -19,7 +19,7 @@ from ..kv_cache import KVCache
 from .framework import Check, Exercise, Mistake
 from .probes import agrees, case_seed, chooser, device_check, generator, probe_on_devices
 from .records import (Failed, Recorder, describe, expect_close, expect_shape, format_shape, int_of, number, plain,
-                      same, seed_of, tensor_of, value_of)
+                      raised, same, seed_of, tensor_of, value_of)
 from .shortcuts import attention_modules, package
 
 DEVICE_HINT = ("Build new tensors from the inputs (torch.cat, repeat_interleave, the module's layers): a tensor "
@@ -106,9 +106,7 @@ def _expand_like(fn, keys=("readable", "grouped")):
 
 def _expand_only_for_one_group(record) -> bool:
     # kv.expand(-1, num_heads, -1, -1) stretches an axis of size 1 only: right for multi-query, an error otherwise.
-    grouped = record["grouped"]
-    return (grouped.get("kind") == "error" and "expanded size" in grouped["message"]
-            and _expand_like(reference_expand, keys=("multi-query",))(record))
+    return raised(record, "grouped", "expanded size") and _expand_like(reference_expand, keys=("multi-query",))(record)
 
 
 EXPAND = Exercise(

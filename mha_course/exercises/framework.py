@@ -33,10 +33,7 @@ from typing import Any, Callable
 
 import torch
 
-from .records import (ATOL, NAME_KEY, PROBE_ERROR_KEY, RTOL, SEED_KEY, STATUS_KEY, Failed, Recorder,  # noqa: F401
-                      close, describe, entry, error_summary, expect_close, expect_shape, format_number,
-                      format_shape, format_values, int_of, number, number_of, plain, same, seed_of, summarise,
-                      tensor_of, value_of)
+from .records import NAME_KEY, PROBE_ERROR_KEY, STATUS_KEY, Failed, Recorder, error_summary
 from .shortcuts import CALLS_KEY, IS_KEY, CallWatch, Shortcut, answer_is, check_internals, own_code_check
 
 # The status of one checked exercise.
@@ -98,8 +95,7 @@ class Exercise:
         mistakes: the catalogue of typical wrong answers, most specific first.
         shortcuts: the package's functions and classes (and torch calls) that already do what the
             exercise asks; an answer that is or calls one, or one of the checks' own functions,
-            fails "written by you". ``None`` (an exercise that watches for them itself) adds no
-            such check.
+            fails "written by you".
     """
 
     id: str
@@ -109,10 +105,10 @@ class Exercise:
     probe: Callable[[Any, Recorder], None]
     checks: tuple[Check, ...]
     mistakes: tuple[Mistake, ...] = ()
-    shortcuts: tuple[Shortcut, ...] | None = None
+    shortcuts: tuple[Shortcut, ...] = ()
 
     def __post_init__(self):
-        if self.shortcuts is not None and (not self.checks or self.checks[0].name != OWN_CODE):
+        if not self.checks or self.checks[0].name != OWN_CODE:
             own = Check(OWN_CODE, lambda record: own_code_check(self.all_shortcuts())(record))
             object.__setattr__(self, "checks", (own, *self.checks))
 
@@ -121,8 +117,8 @@ class Exercise:
         return int(self.id.split(".")[0])
 
     def all_shortcuts(self) -> tuple[Shortcut, ...]:
-        """The exercise's shortcuts and the checks' own functions (none if it names no shortcuts)."""
-        return () if self.shortcuts is None else (*self.shortcuts, *check_internals())
+        """The exercise's shortcuts and the checks' own functions."""
+        return (*self.shortcuts, *check_internals())
 
 
 @dataclass(frozen=True)

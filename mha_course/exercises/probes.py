@@ -1,5 +1,6 @@
 """The probes and checks that many exercises share: random inputs drawn from the run's seed, the
-device probe, the "change the future tokens" causality probe, gradients, numbers and classes.
+device probe, the "change the future tokens" causality probe, the dropout probe, gradients, numbers
+and classes.
 
 Each helper comes as a pair: a probe side that runs the learner's code and records what it did,
 and a check that reads the record. Inputs are drawn from the run's seed (``rec.seed``, or
@@ -18,7 +19,7 @@ from torch import nn
 
 from ..data import random_batch
 from ..device import get_device
-from .records import Failed, Recorder, describe, plain, value_of
+from .records import Failed, Recorder, describe, plain, raised, same, tensor_of, value_of
 
 #: The device every device check asks for: PyTorch's ``meta`` device holds shapes but no data,
 #: exists on every machine, and refuses to mix with CPU tensors, exactly as a GPU does.
@@ -129,11 +130,8 @@ def device_check(key: str, what: str, hint: str = "") -> Callable[[dict], None]:
 
 def error_on_device(record: dict, key: str, *fragments: str) -> bool:
     """True if a device probe under ``key`` raised an error whose message holds a fragment."""
-    for device in plain(record.get(f"{key}:devices")) or []:
-        got = record.get(f"{key}@{torch.device(device).type}", {})
-        if got.get("kind") == "error" and any(f in got["message"] for f in fragments):
-            return True
-    return False
+    return any(raised(record, f"{key}@{torch.device(device).type}", *fragments)
+               for device in plain(record.get(f"{key}:devices")) or [])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -172,6 +170,46 @@ def causality_check(before_key: str, after_key: str, keep: int = KEEP) -> Callab
 
 
 # ----------------------------------------------------------------------------------------------
+# Dropout: training mode from a known random state, then eval mode twice
+
+
+def probe_dropout(rec: Recorder, module: Any, run: Callable, *args: Any) -> None:
+    """Record ``run(*args)`` in training mode as ``dropout_train``, then in eval mode as
+    ``dropout_eval`` and ``dropout_eval_again``.
+
+    ``module`` is switched between the modes (when it is an ``nn.Module``). Training mode starts
+    from the random state ``rec.seed``, so that the judge can replay the same draws.
+    """
+    if isinstance(module, nn.Module):
+        module.train()
+    torch.manual_seed(rec.seed)
+    rec.call("dropout_train", run, *args)
+    if isinstance(module, nn.Module):
+        module.eval()
+    rec.call("dropout_eval", run, *args)
+    rec.call("dropout_eval_again", run, *args)
+
+
+def eval_output(record: dict, what: str, hint: str = "") -> torch.Tensor:
+    """The eval-mode output of :func:`probe_dropout`; :class:`Failed` unless both calls gave the same."""
+    first = tensor_of(record, "dropout_eval", what)
+    again = tensor_of(record, "dropout_eval_again", what)
+    if not same(first, again):
+        raise Failed("the same output from two calls in eval mode", "two different outputs", hint)
+    return first
+
+
+def dropout_lost(record: dict) -> bool:
+    """The mistake "no dropout in training mode": the training-mode output is the eval-mode one."""
+    return same(record["dropout_train"]["value"], record["dropout_eval"]["value"])
+
+
+def dropout_in_eval(record: dict) -> bool:
+    """The mistake "dropout in eval mode too": two calls in eval mode give different outputs."""
+    return not same(record["dropout_eval"]["value"], record["dropout_eval_again"]["value"])
+
+
+# ----------------------------------------------------------------------------------------------
 # Gradients
 
 
@@ -194,6 +232,17 @@ def connected_check(record: dict, key: str, hint: str = "") -> None:
 def parameters_with_gradients(module: nn.Module) -> dict[str, bool]:
     """For each named parameter: did backward give it a gradient that is not all zeros?"""
     return {name: p.grad is not None and bool(p.grad.abs().sum() > 0) for name, p in module.named_parameters()}
+
+
+def gradients_check(key: str, flags_key: str, parameters: str = "every parameter") -> Callable[[dict], None]:
+    """The output under ``key`` is connected (:func:`connected_check`) and every parameter's flag
+    under ``flags_key`` (:func:`parameters_with_gradients`) is true."""
+    def run(record: dict) -> None:
+        connected_check(record, key)
+        missing = [name for name, flag in plain(record[flags_key]).items() if not flag]
+        if missing:
+            raise Failed(f"a gradient for {parameters}", f"none for {', '.join(missing)}")
+    return run
 
 
 # ----------------------------------------------------------------------------------------------

@@ -6,8 +6,11 @@ default: the notebook whose name starts with the chapter's number, ``01_...``), 
 with the checks passed out of the total.
 
 Grading a chapter takes seconds, so the last grading of each notebook is kept in
-``FOLDER/.mha_course_progress.json``, keyed by the notebook's content (SHA-256) and by the package
-(its version and the hash of its files): a notebook that has not changed since is not run again.
+``FOLDER/.mha_course_progress.json``, keyed by the notebook's content (SHA-256), by the package (its
+version and the hash of its files) and by the three time limits: a notebook that has not changed since
+is not run again with the same limits. A grading that the machine cut short (an exercise timed out, not
+checked or in error, e.g. the answers' process did not start in time) is not kept: the next run grades
+the notebook again, so that a longer ``--check-timeout`` or a quieter machine gives a fresh verdict.
 
 Command line::
 
@@ -27,15 +30,18 @@ import mha_course
 
 from ..tables import Table
 from . import EXERCISES
-from .framework import NOT_IMPLEMENTED, PASSED
+from .answer_process import TIMED_OUT
+from .framework import ERROR, NOT_IMPLEMENTED, PASSED
 from .grader import grade
 from .grading_setup import CELL_TIMEOUT, CHECK_TIMEOUT, NOTEBOOK_TIMEOUT, limit_errors, platform_problem
 from .notebook_files import chapter_notebooks
 from .package_files import PackageSnapshot
-from .report import NotebookReport
+from .report import NOT_CHECKED, NotebookReport
 
 CACHE_NAME = ".mha_course_progress.json"
 NOT_STARTED = "not started"
+#: The statuses that say more about the machine than about the notebook: a report with one is not cached.
+UNSETTLED = (TIMED_OUT, NOT_CHECKED, ERROR)
 
 
 @dataclass
@@ -72,14 +78,21 @@ def _load(cache_path: Path, package: str) -> dict:
     return cache["notebooks"]
 
 
+def _settled(report: NotebookReport) -> bool:
+    """Whether ``report`` is the notebook's verdict, not a grading the machine cut short."""
+    return not any(score.status in UNSETTLED for score in report.exercises)
+
+
 def progress(folder: Path, timeout: float = NOTEBOOK_TIMEOUT, cell_timeout: float = CELL_TIMEOUT,
              check_timeout: float = CHECK_TIMEOUT, jobs: int = 2, show_bar: bool = True) -> list[ChapterProgress]:
     """Every chapter's exercises and how far the notebooks in ``folder`` are with them.
 
-    Notebooks whose content and package are those of the last grading are not run again; the
-    others are graded, and the cache in ``folder`` is updated.
+    Notebooks whose content, package and time limits are those of the last grading are not run
+    again; the others are graded, and the cache in ``folder`` is updated with every report but those
+    the machine cut short (see :data:`UNSETTLED`).
     """
     package = f"{mha_course.__version__}+{PackageSnapshot().digest[:16]}"
+    limits = [timeout, cell_timeout, check_timeout]
     cache_path = folder / CACHE_NAME
     cached = _load(cache_path, package)
     notebooks = chapter_notebooks(folder)
@@ -92,7 +105,7 @@ def progress(folder: Path, timeout: float = NOTEBOOK_TIMEOUT, cell_timeout: floa
         if path is None:
             continue
         entry = cached.get(path.name)
-        if isinstance(entry, dict) and entry.get("sha256") == digests[path.name]:
+        if isinstance(entry, dict) and entry.get("sha256") == digests[path.name] and entry.get("limits") == limits:
             try:
                 reports[path.name] = NotebookReport.from_dict(entry["report"])
                 continue
@@ -102,7 +115,8 @@ def progress(folder: Path, timeout: float = NOTEBOOK_TIMEOUT, cell_timeout: floa
     reused = set(reports)
     for report in grade(to_grade, timeout, check_timeout, progress=show_bar, cell_timeout=cell_timeout, jobs=jobs):
         reports[Path(report.notebook).name] = report
-    kept = {name: {"sha256": digests[name], "report": report.to_dict()} for name, report in reports.items()}
+    kept = {name: {"sha256": digests[name], "limits": limits, "report": report.to_dict()}
+            for name, report in reports.items() if _settled(report)}
     try:
         cache_path.write_text(json.dumps({"package": package, "notebooks": kept}, indent=1, ensure_ascii=False) + "\n",
                               encoding="utf-8")
@@ -175,4 +189,4 @@ def main(args: argparse.Namespace) -> int:
 
 
 __all__ = ["progress", "format_progress", "chapter_table", "chapter_notebooks", "ChapterProgress", "ExerciseProgress",
-           "CACHE_NAME", "NOT_STARTED"]
+           "CACHE_NAME", "NOT_STARTED", "UNSETTLED"]

@@ -215,6 +215,20 @@ def dict_of(record: dict, key: str, keys, what: str = "the call") -> dict:
     return answer
 
 
+def raised(record: dict, key: str, *fragments: str) -> bool:
+    """Whether the entry ``key`` is an error whose message holds one of ``fragments`` (any error
+    when none is given); the mistake detectors' way of reading a learner's error.
+
+    Example:
+        >>> record = {"out": error_summary(RuntimeError("shape mismatch: [2, 3] vs [3, 2]"))}
+        >>> raised(record, "out", "must match the size", "shape mismatch"), raised(record, "out", "stride")
+        (True, False)
+    """
+    got = record.get(key)
+    return (isinstance(got, dict) and got.get("kind") == "error"
+            and (not fragments or any(f in got["message"] for f in fragments)))
+
+
 def plain(summary: Any) -> Any:
     """Record data back to Python values: ints, floats, lists, dicts and CPU tensors."""
     if not isinstance(summary, dict) or "kind" not in summary:

@@ -39,12 +39,6 @@ from .records import Failed, plain
 CALLS_KEY = "__shortcuts_called__"  # labels of the watched functions the answer called, in order
 IS_KEY = "__answer_is__"  # label of the shortcut the answer itself is (or subclasses), if any
 
-#: The modules of the checks; their functions are every exercise's shortcuts.
-CHECK_MODULES = ("mha_course.exercises.chapter1", "mha_course.exercises.chapter2",
-                 "mha_course.exercises.chapter3", "mha_course.exercises.capstone",
-                 "mha_course.exercises.chapter4", "mha_course.exercises.chapter5",
-                 "mha_course.exercises.chapter6")
-
 #: The package's folder, in every copy of it (the grader's private copy, a copy imported under another name).
 PACKAGE_FOLDER = "mha_course"
 
@@ -131,10 +125,17 @@ def package(*targets, why: str = "") -> tuple[Shortcut, ...]:
                           (t,), why) for t in targets)
 
 
+def check_modules() -> list[str]:
+    """The modules of the checks, those where the exercises' probes are written, in the book's order."""
+    from . import EXERCISES  # here, not at the top: the check modules import this one
+
+    return list(dict.fromkeys(exercise.probe.__module__ for exercise in EXERCISES.values()))
+
+
 def check_internals() -> tuple[Shortcut, ...]:
-    """The checks' own references and variants: every module-level function of the check modules."""
+    """The checks' own references and variants: every module-level function of :func:`check_modules`."""
     shortcuts = []
-    for name in CHECK_MODULES:
+    for name in check_modules():
         module = sys.modules.get(name)
         for attribute, value in sorted(vars(module).items()) if module else ():
             if isinstance(value, types.FunctionType) and value.__module__ == name:

@@ -16,7 +16,7 @@ The edition for Jupyter (the default) also turns the book's MyST Markdown into p
 :mod:`mha_course.exercises.jupyter_markdown`): each exercise statement becomes a heading with its
 number and title, roles become their text. The ``book`` edition keeps the MyST, so that
 ``jupyter-book`` builds the book without solutions from it. The Jupyter edition also copies the
-``data/`` folder next to the chapters, which chapters 4 and 5 read, so the folder stands alone.
+``data/`` folder next to the chapters, which the chapters read, so the folder stands alone.
 
 All outputs and execution counts are cleared. Existing notebooks are never overwritten unless
 asked (``force``), so a learner's work is not lost by regenerating the edition.
