@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from ._validation import validate_divisible, validate_positive_int
+from ._validation import validate_divisible, validate_kv_groups, validate_positive_int
 
 #: The stages the formulas know: one head, stacked heads, batched heads.
 KINDS = ("causal", "wrapper", "batched")
@@ -215,15 +215,6 @@ def score_memory_bytes(batch: int, num_heads: int, num_tokens: int, bytes_per_el
 # Sharing keys and values (chapter 6): the key/value cache and the work of one generated token
 
 
-def _kv_heads(num_heads: int, num_kv_groups: int) -> int:
-    num_heads = validate_positive_int("num_heads", num_heads)
-    num_kv_groups = validate_positive_int("num_kv_groups", num_kv_groups)
-    if num_heads % num_kv_groups:
-        raise ValueError(f"num_kv_groups ({num_kv_groups}) must divide num_heads ({num_heads}): each "
-                         "key/value head serves num_heads // num_kv_groups query heads.")
-    return num_kv_groups
-
-
 def kv_cache_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, bytes_per_number: int = 4) -> int:
     """Bytes a key/value cache adds for every token a model has seen: ``2 · layers · kv_heads · d_h · bytes``.
 
@@ -282,7 +273,7 @@ class ModelShape:
             {'multi-head': 32, 'grouped-query': 8, 'multi-query': 1}
         """
         return {"multi-head": self.num_heads,
-                "grouped-query": _kv_heads(self.num_heads, self.num_kv_groups),
+                "grouped-query": validate_kv_groups(self.num_kv_groups, self.num_heads),
                 "multi-query": 1}
 
 
@@ -339,7 +330,7 @@ def grouped_query_multiply_adds(batch: int, num_new: int, d_in: int, d_out: int,
     d_in = validate_positive_int("d_in", d_in)
     d_out = validate_positive_int("d_out", d_out)
     head_dim = validate_divisible(d_out, validate_positive_int("num_heads", num_heads))
-    kv_width = _kv_heads(num_heads, num_kv_groups) * head_dim
+    kv_width = validate_kv_groups(num_kv_groups, num_heads) * head_dim
     if isinstance(num_cached, bool) or not isinstance(num_cached, int) or num_cached < 0:
         raise ValueError(f"num_cached must be a whole number of 0 or more, got {num_cached!r}.")
     tokens = batch * num_new
