@@ -211,6 +211,27 @@ def score_memory_bytes(batch: int, num_heads: int, num_tokens: int, bytes_per_el
     return batch * num_heads * num_tokens * num_tokens * bytes_per_element
 
 
+def batched_forward_peak_bytes(batch: int, num_tokens: int, num_heads: int, head_dim: int,
+                               bytes_per_element: int = 4) -> int:
+    """Predicted peak memory of one forward call of the batched module: two score tensors and Q, K, V.
+
+    ``queries @ keys.transpose(2, 3)`` allocates one ``(B, h, T, T)`` score tensor; the mask is
+    filled in place; ``torch.softmax`` allocates a second one for the weights while the scores
+    are still alive. Beside them live the three projected activations, queries, keys and values,
+    of ``B · T · h · d_h`` elements each. Other activations (the merged heads, the output) are
+    smaller and left out, so the prediction is close at large sizes and low at the smallest.
+
+    Example:
+        >>> batched_forward_peak_bytes(8, 1024, 12, 64) / 2**20  # MiB at GPT-2-small size
+        840.0
+        >>> 2 * score_memory_bytes(8, 12, 1024) / 2**20  # of which the two score tensors
+        768.0
+    """
+    scores = score_memory_bytes(batch, num_heads, num_tokens, bytes_per_element)
+    head_dim = validate_positive_int("head_dim", head_dim)
+    return 2 * scores + 3 * bytes_per_element * batch * num_tokens * num_heads * head_dim
+
+
 # ----------------------------------------------------------------------------------------------
 # Sharing keys and values (chapter 6): the key/value cache and the work of one generated token
 

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from conftest import build
 from mha_course import MultiHeadAttention
-from mha_course.cost import count_parameters, multiply_adds, parameter_count, score_memory_bytes
+from mha_course.cost import (batched_forward_peak_bytes, count_parameters, multiply_adds, parameter_count,
+                             score_memory_bytes)
 
 
 @settings(max_examples=30, deadline=None)
@@ -55,6 +56,21 @@ def test_multiply_add_formula_matches_counted_products(kind, d_out, num_heads):
 def test_score_memory():
     assert score_memory_bytes(8, 12, 1024) == 8 * 12 * 1024 * 1024 * 4
     assert score_memory_bytes(1, 1, 10, bytes_per_element=2) == 200
+
+
+@pytest.mark.parametrize("batch,num_tokens,num_heads,head_dim", [(1, 1, 1, 1), (2, 7, 3, 5), (3, 11, 4, 2)])
+def test_batched_peak_is_two_score_tensors_and_the_projections(batch, num_tokens, num_heads, head_dim):
+    """The prediction adds up the tensors the batched module holds at its peak, sized on the module."""
+    module = MultiHeadAttention(6, num_heads * head_dim, num_tokens, 0.0, num_heads=num_heads)
+    x = torch.randn(batch, num_tokens, 6)
+    with torch.no_grad():
+        weights = module.attention_weights(x)  # (B, h, T, T): the scores have this size too
+        projection = module.W_query(x)  # (B, T, h * d_h): so have the keys and the values
+    expected = 2 * weights.nbytes + 3 * projection.nbytes
+    assert batched_forward_peak_bytes(batch, num_tokens, num_heads, head_dim) == expected
+    assert batched_forward_peak_bytes(batch, num_tokens, num_heads, head_dim, bytes_per_element=2) == expected // 2
+    with pytest.raises(ValueError, match="head_dim must be a positive integer, got 0"):
+        batched_forward_peak_bytes(batch, num_tokens, num_heads, 0)
 
 
 def test_bad_arguments():
