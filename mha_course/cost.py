@@ -104,10 +104,6 @@ class MultiplyAdds:
         return self.projections + self.scores + self.weighted_sum + self.out_proj
 
     @property
-    def flops(self) -> int:
-        return 2 * self.total
-
-    @property
     def forward_backward(self) -> int:
         """Multiply-adds of a forward and backward pass when the input needs a gradient too.
 

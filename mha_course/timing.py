@@ -47,10 +47,6 @@ class Timing:
     iqr: float  # interquartile range, seconds: the spread between measurements
     runs: int  # how many measurements (timed blocks, or rounds) the median is over
 
-    @property
-    def median_ms(self) -> float:
-        return self.median * 1e3
-
 
 def measure(fn: Callable, *args, min_run_time: float = 0.2, num_threads: int | None = None) -> Timing:
     """Time ``fn(*args)`` and return its median seconds per call, with the spread.

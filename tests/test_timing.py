@@ -66,3 +66,12 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="samples is empty"):
         summarise_samples([])
     assert summarise_samples([2.0]) == Timing(2.0, 0.0, 1)
+
+
+def test_measure_reports_positive_median_and_rejects_bad_time():
+    import torch
+
+    result = timing.measure(torch.mm, torch.ones(16, 16), torch.ones(16, 16), min_run_time=0.01)
+    assert result.median > 0 and result.runs >= 1
+    with pytest.raises(ValueError, match="min_run_time must be positive seconds, got 0"):
+        timing.measure(torch.mm, torch.ones(2, 2), torch.ones(2, 2), min_run_time=0)
