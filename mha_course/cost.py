@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from ._validation import validate_divisible, validate_kv_groups, validate_positive_int
+from ._validation import validate_divisible, validate_kv_groups, validate_non_negative_int, validate_positive_int
 
 #: The stages the formulas know: one head, stacked heads, batched heads.
 KINDS = ("causal", "wrapper", "batched")
@@ -348,8 +348,7 @@ def grouped_query_multiply_adds(batch: int, num_new: int, d_in: int, d_out: int,
     d_out = validate_positive_int("d_out", d_out)
     head_dim = validate_divisible(d_out, validate_positive_int("num_heads", num_heads))
     kv_width = validate_kv_groups(num_kv_groups, num_heads) * head_dim
-    if isinstance(num_cached, bool) or not isinstance(num_cached, int) or num_cached < 0:
-        raise ValueError(f"num_cached must be a whole number of 0 or more, got {num_cached!r}.")
+    num_cached = validate_non_negative_int("num_cached", num_cached)
     tokens = batch * num_new
     positions = num_cached + num_new
     return MultiplyAdds(

@@ -204,5 +204,7 @@ def test_cache_formulas_reject_bad_arguments():
         kv_cache_bytes(12, 12, 64, num_tokens=-1)
     with pytest.raises(ValueError, match=r"num_kv_groups \(5\) must divide num_heads \(12\)"):
         grouped_query_multiply_adds(1, 4, 8, 24, 12, 5)
-    with pytest.raises(ValueError, match="num_cached must be a whole number of 0 or more, got -2"):
+    with pytest.raises(ValueError, match="num_cached must be a non-negative integer, got -2. Pass 0 or more"):
         grouped_query_multiply_adds(1, 4, 8, 24, 12, 4, num_cached=-2)
+    with pytest.raises(TypeError, match=r"num_cached must be a non-negative integer, got 1\.5"):
+        grouped_query_multiply_adds(1, 4, 8, 24, 12, 4, num_cached=1.5)
