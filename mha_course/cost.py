@@ -67,6 +67,22 @@ def _heads_and_width(kind: str, d_out: int, num_heads: int) -> tuple[int, int]:
     return num_heads, validate_divisible(d_out, num_heads)  # d_out is the total
 
 
+def class_d_out(kind: str, num_heads: int, head_dim: int) -> int:
+    """The ``d_out`` a stage's class takes for ``num_heads`` heads of width ``head_dim``.
+
+    The batched module reads ``d_out`` as the total width, ``num_heads * head_dim``; the wrapper
+    reads it as the width of each head, and a single causal head as its own width.
+
+    Example:
+        >>> class_d_out("batched", 12, 64), class_d_out("wrapper", 12, 64)
+        (768, 64)
+    """
+    _validate_kind(kind)
+    num_heads = validate_positive_int("num_heads", num_heads)
+    head_dim = validate_positive_int("head_dim", head_dim)
+    return num_heads * head_dim if kind == "batched" else head_dim
+
+
 def parameter_count(kind: str, d_in: int, d_out: int, num_heads: int = 1, qkv_bias: bool = False) -> int:
     """Exact number of trainable parameters of a stage's module, from its constructor arguments.
 
@@ -179,7 +195,7 @@ def cost_by_heads(regime: str, num_heads, *, batch: int, num_tokens: int, d_in: 
         heads = validate_positive_int("num_heads", heads)
         head_dim = width if regime == HEAD_WIDTH_FIXED else validate_divisible(width, heads)
         total = heads * head_dim
-        d_out = total if kind == "batched" else head_dim  # the class's own meaning of d_out
+        d_out = class_d_out(kind, heads, head_dim)
         rows.append({
             "num_heads": heads,
             "head_dim": head_dim,

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from conftest import build
 from mha_course import MultiHeadAttention
-from mha_course.cost import (batched_forward_peak_bytes, count_parameters, multiply_adds, parameter_count,
+from mha_course.cost import (batched_forward_peak_bytes, class_d_out, count_parameters, multiply_adds, parameter_count,
                              score_memory_bytes)
 
 
@@ -71,6 +71,17 @@ def test_batched_peak_is_two_score_tensors_and_the_projections(batch, num_tokens
     assert batched_forward_peak_bytes(batch, num_tokens, num_heads, head_dim, bytes_per_element=2) == expected // 2
     with pytest.raises(ValueError, match="head_dim must be a positive integer, got 0"):
         batched_forward_peak_bytes(batch, num_tokens, num_heads, 0)
+
+
+@pytest.mark.parametrize("kind", ["causal", "wrapper", "batched"])
+def test_class_d_out_is_what_each_class_takes(kind):
+    num_heads = 1 if kind == "causal" else 3
+    module = build(kind, d_in=5, head_dim=4, num_heads=num_heads)
+    assert class_d_out(kind, num_heads, 4) == module.d_out
+    assert multiply_adds(kind, 1, 6, 5, class_d_out(kind, num_heads, 4), num_heads).total == _count_matmul_macs(
+        module, torch.randn(1, 6, 5))
+    with pytest.raises(ValueError, match="kind must be one of 'causal', 'wrapper', 'batched', got 'fast'"):
+        class_d_out("fast", 2, 4)
 
 
 def test_bad_arguments():
