@@ -5,9 +5,12 @@ teaching order:
 
 * :class:`CausalAttention` - one causal head (chapter 1);
 * :class:`MultiHeadAttentionWrapper` - several heads stacked side by side (chapter 2);
-* :class:`MultiHeadAttention` - all heads in one batched module (chapter 3).
+* :class:`MultiHeadAttention` - all heads in one batched module (chapter 3);
 * :class:`FastMultiHeadAttention` - the same module on a fused QKV projection and PyTorch's fused
-  attention kernel (chapter 4).
+  attention kernel (chapter 4);
+* :class:`GroupedQueryAttention` - query heads that share key/value heads in groups, from
+  multi-head to multi-query attention, and :class:`KVCache` - the keys and values kept between
+  generated tokens (chapter 6).
 
 ``check("1.1", answer)`` grades a learner's answer to an exercise (see :mod:`mha_course.exercises`).
 

@@ -82,6 +82,32 @@ def validate_divisible(d_out: int, num_heads: int) -> int:
     return d_out // num_heads
 
 
+def validate_kv_groups(num_kv_groups, num_heads: int, name: str = "num_kv_groups") -> int:
+    """Return ``num_kv_groups`` if it is a positive integer that divides ``num_heads``, else raise.
+
+    Each key/value head serves ``num_heads // num_kv_groups`` query heads, so the groups must split the
+    query heads evenly. ``name`` is the argument the value came from, for the message.
+
+    Example:
+        >>> validate_kv_groups(2, 8)
+        2
+        >>> validate_kv_groups(3, 8)
+        Traceback (most recent call last):
+            ...
+        ValueError: num_kv_groups (3) must divide num_heads (8): each key/value head serves num_heads // num_kv_groups query heads. Choose num_kv_groups among 1, 2, 4, 8 (the divisors of 8): 8 is multi-head attention, 1 is multi-query attention.
+    """
+    num_heads = validate_positive_int("num_heads", num_heads)
+    num_kv_groups = validate_positive_int(name, num_kv_groups)
+    if num_heads % num_kv_groups != 0:
+        divisors = ", ".join(str(n) for n in range(1, num_heads + 1) if num_heads % n == 0)
+        raise ValueError(
+            f"{name} ({num_kv_groups}) must divide num_heads ({num_heads}): each key/value head "
+            f"serves num_heads // {name} query heads. Choose {name} among {divisors} (the divisors "
+            f"of {num_heads}): {num_heads} is multi-head attention, 1 is multi-query attention."
+        )
+    return num_kv_groups
+
+
 def validate_input(x, d_in: int, context_length: int | None, like: torch.Tensor | None = None) -> None:
     """Check that ``x`` is a (batch, num_tokens, d_in) float tensor that fits the causal mask.
 

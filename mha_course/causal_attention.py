@@ -74,7 +74,7 @@ class CausalAttention(nn.Module):
         self, x: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         validate_input(x, self.d_in, self.context_length,
-                    like=self.W_query.weight)
+                       like=self.W_query.weight)
         num_tokens = x.shape[1]
         queries = self.W_query(x)  # (B, T, d_out)
         keys = self.W_key(x)  # (B, T, d_out)

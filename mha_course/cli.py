@@ -43,9 +43,9 @@ def _bench(args: argparse.Namespace) -> int:
     from .device import get_device
 
     try:
-        get_device(args.device)
+        get_device(args.device, name="--device")
     except (ValueError, RuntimeError) as error:
-        return _fail("bench", f"--device {args.device}: {error}")
+        return _fail("bench", str(error))
     if args.decode:
         return _bench_decode(args)
     try:

@@ -24,10 +24,11 @@ from typing import Mapping, Sequence
 import torch
 from torch import nn
 
-from ._validation import validate_divisible, validate_input, validate_positive_int
+from ._validation import validate_input, validate_positive_int
 from .causal_attention import CausalAttention
-from .cost import (HEAD_WIDTH_FIXED, MODEL_WIDTH_FIXED, REGIME_LABELS, REGIMES, validate_regime, count_parameters,
-                   multiply_adds, score_memory_bytes)
+from .cost import (HEAD_WIDTH_FIXED, REGIME_LABELS, REGIMES, cost_by_heads, count_parameters, multiply_adds,
+                   validate_regime)
+from .data import random_batch
 from .implementations import IMPLEMENTATIONS, build_implementations, validate_names
 from .multihead import MultiHeadAttention
 from .tables import Table
@@ -87,8 +88,9 @@ def head_outputs(module: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
 
 
 @torch.no_grad()
-def _forward_no_grad(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    return module(x)
+def _forward_no_grad(forward, x: torch.Tensor) -> torch.Tensor:
+    """Call a module (or any ``x -> output`` callable) without autograd, as the timings do."""
+    return forward(x)
 
 
 def _weight_matrices(module: nn.Module) -> tuple[tuple[int, ...], ...]:
@@ -268,46 +270,41 @@ def head_count_sweep(head_counts: Sequence[int] = (1, 2, 4, 8, 16), *, regimes: 
     for name, value in (("d_in", d_in), ("head_dim", head_dim), ("d_model", d_model), ("batch", batch),
                         ("num_tokens", num_tokens)):
         validate_positive_int(name, value)
-    if MODEL_WIDTH_FIXED in regimes:
-        for h in head_counts:
-            validate_divisible(d_model, h)  # explains the fix when a head count does not divide d_model
-    generator = torch.Generator().manual_seed(seed)
-    x = torch.randn(batch, num_tokens, d_in, generator=generator)
+    # The formulas first, for every point: a head count that does not divide d_model is explained
+    # before any module is built.
+    costs = [(regime, implementation, cost_by_heads(
+                 regime, head_counts, batch=batch, num_tokens=num_tokens, d_in=d_in,
+                 width=head_dim if regime == HEAD_WIDTH_FIXED else d_model,
+                 kind=IMPLEMENTATIONS[implementation].cost_kind))
+             for regime in regimes for implementation in implementations]
+    x = random_batch(batch, num_tokens, d_in, seed=seed)
     points, modules = [], {}
-    for regime in regimes:
-        for implementation in implementations:
-            for h in head_counts:
-                width_per_head = head_dim if regime == HEAD_WIDTH_FIXED else d_model // h
-                built, skipped = build_implementations(d_in=d_in, num_heads=h, head_dim=width_per_head,
-                                                       context_length=num_tokens, names=[implementation], seed=seed)
-                if implementation in skipped:
-                    raise ValueError(f"implementation {implementation!r} cannot run with {h} heads of width "
-                                     f"{width_per_head}: {skipped[implementation]}.")
-                impl = built[implementation]
-                kind = impl.cost_kind
-                d_out = width_per_head if kind == "wrapper" else h * width_per_head  # the class's d_out
-                points.append(SweepPoint(
-                    regime=regime,
-                    implementation=implementation,
-                    num_heads=h,
-                    head_dim=width_per_head,
-                    width=h * width_per_head,
-                    parameters=sum(count_parameters(m) for m in impl.modules),
-                    multiply_adds=multiply_adds(kind, batch, num_tokens, d_in, d_out, h).total,
-                    score_bytes=score_memory_bytes(batch, h, num_tokens),
-                    time=None,
-                ))
-                modules[len(points) - 1] = impl.forward
+    for regime, implementation, rows in costs:
+        for row in rows:
+            h, width_per_head = row["num_heads"], row["head_dim"]
+            built, skipped = build_implementations(d_in=d_in, num_heads=h, head_dim=width_per_head,
+                                                   context_length=num_tokens, names=[implementation], seed=seed)
+            if implementation in skipped:
+                raise ValueError(f"implementation {implementation!r} cannot run with {h} heads of width "
+                                 f"{width_per_head}: {skipped[implementation]}.")
+            impl = built[implementation]
+            points.append(SweepPoint(
+                regime=regime,
+                implementation=implementation,
+                num_heads=h,
+                head_dim=width_per_head,
+                width=row["d_out"],
+                parameters=sum(count_parameters(m) for m in impl.modules),
+                multiply_adds=row["multiply_adds"],
+                score_bytes=row["score_bytes"],
+                time=None,
+            ))
+            modules[len(points) - 1] = impl.forward
     if measure_time:
-        calls = {index: (lambda f=forward: _no_grad_call(f, x)) for index, forward in modules.items()}
+        calls = {index: (lambda f=forward: _forward_no_grad(f, x)) for index, forward in modules.items()}
         timings = time_interleaved(calls, rounds=rounds, min_run_time=min_run_time, num_threads=num_threads)
         points = [replace(point, time=timings[index]) for index, point in enumerate(points)]
     return points
-
-
-@torch.no_grad()
-def _no_grad_call(forward, x: torch.Tensor) -> torch.Tensor:
-    return forward(x)
 
 
 def sweep_table(points: Sequence[SweepPoint]) -> Table:

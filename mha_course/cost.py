@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from ._validation import validate_divisible, validate_positive_int
+from ._validation import validate_divisible, validate_kv_groups, validate_non_negative_int, validate_positive_int
 
 #: The stages the formulas know: one head, stacked heads, batched heads.
 KINDS = ("causal", "wrapper", "batched")
@@ -67,6 +67,22 @@ def _heads_and_width(kind: str, d_out: int, num_heads: int) -> tuple[int, int]:
     return num_heads, validate_divisible(d_out, num_heads)  # d_out is the total
 
 
+def class_d_out(kind: str, num_heads: int, head_dim: int) -> int:
+    """The ``d_out`` a stage's class takes for ``num_heads`` heads of width ``head_dim``.
+
+    The batched module reads ``d_out`` as the total width, ``num_heads * head_dim``; the wrapper
+    reads it as the width of each head, and a single causal head as its own width.
+
+    Example:
+        >>> class_d_out("batched", 12, 64), class_d_out("wrapper", 12, 64)
+        (768, 64)
+    """
+    _validate_kind(kind)
+    num_heads = validate_positive_int("num_heads", num_heads)
+    head_dim = validate_positive_int("head_dim", head_dim)
+    return num_heads * head_dim if kind == "batched" else head_dim
+
+
 def parameter_count(kind: str, d_in: int, d_out: int, num_heads: int = 1, qkv_bias: bool = False) -> int:
     """Exact number of trainable parameters of a stage's module, from its constructor arguments.
 
@@ -102,10 +118,6 @@ class MultiplyAdds:
     @property
     def total(self) -> int:
         return self.projections + self.scores + self.weighted_sum + self.out_proj
-
-    @property
-    def flops(self) -> int:
-        return 2 * self.total
 
     @property
     def forward_backward(self) -> int:
@@ -183,7 +195,7 @@ def cost_by_heads(regime: str, num_heads, *, batch: int, num_tokens: int, d_in: 
         heads = validate_positive_int("num_heads", heads)
         head_dim = width if regime == HEAD_WIDTH_FIXED else validate_divisible(width, heads)
         total = heads * head_dim
-        d_out = total if kind == "batched" else head_dim  # the class's own meaning of d_out
+        d_out = class_d_out(kind, heads, head_dim)
         rows.append({
             "num_heads": heads,
             "head_dim": head_dim,
@@ -211,17 +223,29 @@ def score_memory_bytes(batch: int, num_heads: int, num_tokens: int, bytes_per_el
     return batch * num_heads * num_tokens * num_tokens * bytes_per_element
 
 
+def batched_forward_peak_bytes(batch: int, num_tokens: int, num_heads: int, head_dim: int,
+                               bytes_per_element: int = 4) -> int:
+    """Predicted peak memory of one forward call of the batched module: two score tensors and Q, K, V.
+
+    ``queries @ keys.transpose(2, 3)`` allocates one ``(B, h, T, T)`` score tensor; the mask is
+    filled in place; ``torch.softmax`` allocates a second one for the weights while the scores
+    are still alive. Beside them live the three projected activations, queries, keys and values,
+    of ``B · T · h · d_h`` elements each. Other activations (the merged heads, the output) are
+    smaller and left out, so the prediction is close at large sizes and low at the smallest.
+
+    Example:
+        >>> batched_forward_peak_bytes(8, 1024, 12, 64) / 2**20  # MiB at GPT-2-small size
+        840.0
+        >>> 2 * score_memory_bytes(8, 12, 1024) / 2**20  # of which the two score tensors
+        768.0
+    """
+    scores = score_memory_bytes(batch, num_heads, num_tokens, bytes_per_element)
+    head_dim = validate_positive_int("head_dim", head_dim)
+    return 2 * scores + 3 * bytes_per_element * batch * num_tokens * num_heads * head_dim
+
+
 # ----------------------------------------------------------------------------------------------
 # Sharing keys and values (chapter 6): the key/value cache and the work of one generated token
-
-
-def _kv_heads(num_heads: int, num_kv_groups: int) -> int:
-    num_heads = validate_positive_int("num_heads", num_heads)
-    num_kv_groups = validate_positive_int("num_kv_groups", num_kv_groups)
-    if num_heads % num_kv_groups:
-        raise ValueError(f"num_kv_groups ({num_kv_groups}) must divide num_heads ({num_heads}): each "
-                         "key/value head serves num_heads // num_kv_groups query heads.")
-    return num_kv_groups
 
 
 def kv_cache_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, bytes_per_number: int = 4) -> int:
@@ -282,7 +306,7 @@ class ModelShape:
             {'multi-head': 32, 'grouped-query': 8, 'multi-query': 1}
         """
         return {"multi-head": self.num_heads,
-                "grouped-query": _kv_heads(self.num_heads, self.num_kv_groups),
+                "grouped-query": validate_kv_groups(self.num_kv_groups, self.num_heads),
                 "multi-query": 1}
 
 
@@ -339,9 +363,8 @@ def grouped_query_multiply_adds(batch: int, num_new: int, d_in: int, d_out: int,
     d_in = validate_positive_int("d_in", d_in)
     d_out = validate_positive_int("d_out", d_out)
     head_dim = validate_divisible(d_out, validate_positive_int("num_heads", num_heads))
-    kv_width = _kv_heads(num_heads, num_kv_groups) * head_dim
-    if isinstance(num_cached, bool) or not isinstance(num_cached, int) or num_cached < 0:
-        raise ValueError(f"num_cached must be a whole number of 0 or more, got {num_cached!r}.")
+    kv_width = validate_kv_groups(num_kv_groups, num_heads) * head_dim
+    num_cached = validate_non_negative_int("num_cached", num_cached)
     tokens = batch * num_new
     positions = num_cached + num_new
     return MultiplyAdds(

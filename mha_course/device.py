@@ -15,7 +15,7 @@ def _mps_available() -> bool:
     return bool(backend is not None and backend.is_available())
 
 
-def get_device(prefer: str | None = None) -> torch.device:
+def get_device(prefer: str | None = None, name: str = "prefer") -> torch.device:
     """Return the device the course runs on.
 
     The choice is, in order: ``prefer`` if given, else the ``MHA_COURSE_DEVICE`` environment
@@ -25,6 +25,8 @@ def get_device(prefer: str | None = None) -> torch.device:
     Args:
         prefer: a device name such as ``"cpu"``, ``"cuda"``, ``"cuda:1"`` or ``"mps"``, or
             ``None`` for the automatic choice.
+        name: where ``prefer`` came from, for the error messages: ``"prefer"``, or a command's
+            option such as ``"--device"``.
 
     Raises:
         ValueError: if the name is not a torch device.
@@ -34,11 +36,11 @@ def get_device(prefer: str | None = None) -> torch.device:
         >>> get_device("cpu")
         device(type='cpu')
     """
-    source = "prefer"
+    source, fix = name, "Use 'cpu' instead."
     requested = prefer
     if requested is None:
         requested = os.environ.get(DEVICE_ENV_VAR) or None
-        source = DEVICE_ENV_VAR
+        source, fix = DEVICE_ENV_VAR, f"Use 'cpu', or unset {DEVICE_ENV_VAR} for the automatic choice."
     if requested is None:
         if torch.cuda.is_available():
             return torch.device("cuda")
@@ -54,11 +56,10 @@ def get_device(prefer: str | None = None) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(
             f"{source}={requested!r} asks for CUDA, but torch sees no CUDA device on this machine "
-            f"(torch {torch.__version__}). Use 'cpu', or unset {DEVICE_ENV_VAR}."
+            f"(torch {torch.__version__}). {fix}"
         )
     if device.type == "mps" and not _mps_available():
         raise RuntimeError(
-            f"{source}={requested!r} asks for Apple MPS, which is not available here. Use 'cpu', "
-            f"or unset {DEVICE_ENV_VAR}."
+            f"{source}={requested!r} asks for Apple MPS, which is not available here. {fix}"
         )
     return device

@@ -21,24 +21,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validation import validate_bool, validate_divisible, validate_dropout, validate_input, validate_positive_int
+from ._validation import (validate_bool, validate_divisible, validate_dropout, validate_input, validate_kv_groups,
+                          validate_positive_int)
 from .heads import merge_heads, split_heads
 from .kv_cache import KVCache
 from .masking import causal_mask, validate_loaded_mask
 from .multihead import MultiHeadAttention
-
-
-def _validate_groups(num_kv_groups, num_heads: int) -> int:
-    num_kv_groups = validate_positive_int("num_kv_groups", num_kv_groups)
-    if num_heads % num_kv_groups != 0:
-        divisors = ", ".join(str(n) for n in range(1, num_heads + 1) if num_heads % n == 0)
-        raise ValueError(
-            f"num_kv_groups ({num_kv_groups}) must divide num_heads ({num_heads}): each key/value "
-            f"head serves num_heads // num_kv_groups query heads. Choose num_kv_groups among "
-            f"{divisors} (the divisors of {num_heads}): {num_heads} is multi-head attention, 1 is "
-            "multi-query attention."
-        )
-    return num_kv_groups
 
 
 def _mean_per_group(
@@ -102,7 +90,7 @@ class GroupedQueryAttention(nn.Module):
         self.num_heads = validate_positive_int("num_heads", num_heads)
         self.context_length = validate_positive_int("context_length", context_length)
         self.head_dim = validate_divisible(self.d_out, self.num_heads)
-        self.num_kv_groups = _validate_groups(num_kv_groups, self.num_heads)
+        self.num_kv_groups = validate_kv_groups(num_kv_groups, self.num_heads)
         self.group_size = self.num_heads // self.num_kv_groups
         qkv_bias = validate_bool("qkv_bias", qkv_bias)
         self.W_query = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)

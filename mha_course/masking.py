@@ -45,7 +45,7 @@ def visibility(num_tokens: int) -> torch.Tensor:
 
 
 def validate_loaded_mask(module, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                      error_msgs) -> None:
+                         error_msgs) -> None:
     """Refuse a state dict whose ``mask`` is not the causal pattern (a ``load_state_dict`` pre-hook).
 
     The mask is not learned, yet it is saved with the module, so a corrupted or hand-edited state

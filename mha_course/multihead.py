@@ -78,7 +78,7 @@ class MultiHeadAttention(nn.Module):
     def _weights_and_values(self, x: torch.Tensor):
         """Attention weights (B, h, T, T) and values (B, h, T, d_h)."""
         validate_input(x, self.d_in, self.context_length,
-                    like=self.W_query.weight)
+                       like=self.W_query.weight)
         num_tokens = x.shape[1]
         h = self.num_heads
         queries = split_heads(self.W_query(x), h)  # (B, h, T, d_h)

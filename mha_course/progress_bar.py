@@ -69,16 +69,18 @@ class ProgressBar:
 
     def set_note(self, text: str) -> None:
         """Say what is being done now (shown after the times, on a terminal)."""
-        self.note = text
-        if self._live:
-            self._draw()
+        with self._lock:  # the grader's worker threads set notes while others count steps
+            self.note = text
+            if self._live:
+                self._draw()
 
     def close(self) -> None:
         """End the line (on a terminal) after the last step."""
-        if self.enabled and self._live:
-            self.file.write("\n")
-            self.file.flush()
-        self.enabled = False
+        with self._lock:
+            if self.enabled and self._live:
+                self.file.write("\n")
+                self.file.flush()
+            self.enabled = False
 
     def __enter__(self) -> "ProgressBar":
         return self

@@ -32,6 +32,8 @@ from typing import Callable, Mapping
 import torch
 from torch.utils import benchmark
 
+from ._validation import validate_positive_int
+
 #: A call at least this slow (seconds) is timed once per round instead of in blocks.
 SLOW_CALL_S = 1.0
 
@@ -46,10 +48,6 @@ class Timing:
     median: float  # seconds
     iqr: float  # interquartile range, seconds: the spread between measurements
     runs: int  # how many measurements (timed blocks, or rounds) the median is over
-
-    @property
-    def median_ms(self) -> float:
-        return self.median * 1e3
 
 
 def measure(fn: Callable, *args, min_run_time: float = 0.2, num_threads: int | None = None) -> Timing:
@@ -92,6 +90,18 @@ def time_once(fn: Callable[[], object]) -> tuple[float, object]:
     return time.perf_counter() - start, result
 
 
+def _time_once_on_threads(fn: Callable[[], object], num_threads: int | None) -> float:
+    """Seconds of one ``fn()`` with ``num_threads`` torch threads, as :func:`measure` times the others."""
+    if num_threads is None:
+        return time_once(fn)[0]
+    previous = torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+    try:
+        return time_once(fn)[0]
+    finally:
+        torch.set_num_threads(previous)
+
+
 def summarise_samples(samples: list[float]) -> Timing:
     """The median and interquartile range of per-round times.
 
@@ -116,14 +126,16 @@ def time_interleaved(calls: Mapping[str, Callable[[], object]], *, rounds: int =
         calls: name -> a callable with no arguments.
         rounds: how many times every call is timed, in turns.
         min_run_time: seconds spent timing each call, shared among the rounds.
-        num_threads: torch threads while timing (default: torch's current setting).
+        num_threads: torch threads while timing, slow calls included (default: torch's current
+            setting).
         call_seconds: name -> an estimate of one call's seconds (e.g. from a warm-up call); a call
             of at least :data:`SLOW_CALL_S` is timed once in each of the first
             :data:`SLOW_ROUNDS` rounds only.
         on_call: called as ``on_call(round_index, name)`` before each measurement (progress).
 
     Returns:
-        name -> :class:`Timing` over the rounds (``runs`` is the number of rounds).
+        name -> :class:`Timing` over the rounds (``runs`` is the number of rounds the call was timed
+        in: ``rounds``, or at most :data:`SLOW_ROUNDS` for a slow call).
 
     Example:
         >>> timings = time_interleaved({"a": lambda: sum(range(10)), "b": lambda: sum(range(100))},
@@ -131,8 +143,7 @@ def time_interleaved(calls: Mapping[str, Callable[[], object]], *, rounds: int =
         >>> sorted(timings), timings["a"].runs
         (['a', 'b'], 2)
     """
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"rounds must be a whole number of at least 1, got {rounds!r}.")
+    rounds = validate_positive_int("rounds", rounds)
     if not calls:
         raise ValueError("calls is empty; pass name -> callable, e.g. {'batched': lambda: module(x)}.")
     names = list(calls)
@@ -147,7 +158,7 @@ def time_interleaved(calls: Mapping[str, Callable[[], object]], *, rounds: int =
             if on_call is not None:
                 on_call(round_index, name)
             if slow:
-                samples[name].append(time_once(calls[name])[0])
+                samples[name].append(_time_once_on_threads(calls[name], num_threads))
             else:
                 samples[name].append(measure(calls[name], min_run_time=min_run_time / rounds,
                                              num_threads=num_threads).median)

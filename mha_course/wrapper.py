@@ -68,7 +68,7 @@ class MultiHeadAttentionWrapper(nn.Module):
         ``(B, T, d_in) -> (B, T, num_heads * d_out)``.
         """
         validate_input(x, self.d_in, self.context_length,
-                    like=self.heads[0].W_query.weight)
+                       like=self.heads[0].W_query.weight)
         # The merge: the only place where the heads' paths meet.
         outputs = [head(x) for head in self.heads]  # h x (B, T, d_out)
         return torch.cat(outputs, dim=-1)  # (B, T, num_heads * d_out)
@@ -84,6 +84,6 @@ class MultiHeadAttentionWrapper(nn.Module):
             torch.Size([1, 2, 4, 4])
         """
         validate_input(x, self.d_in, self.context_length,
-                    like=self.heads[0].W_query.weight)
+                       like=self.heads[0].W_query.weight)
         weights = [head.attention_weights(x) for head in self.heads]
         return torch.stack(weights, dim=1)  # (B, num_heads, T, T)

@@ -163,15 +163,15 @@ def test_runs_on_cuda(kind):
     torch.testing.assert_close(out.cpu(), module.cpu()(x), rtol=1e-4, atol=1e-5)
 
 
-# ----------------------------------------------------------------------------------------------
-# Half precision: the scale comes before the product, so large scores stay finite
-
-
 @pytest.mark.parametrize("kind", KINDS + ["fast", "fast-explicit"])
 def test_empty_sequence_gives_an_empty_result(kind):
     module = build(kind, num_heads=2).eval()
     out = module(torch.rand(2, 0, 3))
     assert out.shape == (2, 0, 2 if kind == "causal" else 4)
+
+
+# ----------------------------------------------------------------------------------------------
+# Half precision: the scale comes before the product, so large scores stay finite
 
 
 @pytest.mark.parametrize("kind", KINDS + ["fast", "fast-explicit"])

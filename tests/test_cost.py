@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from conftest import build
 from mha_course import MultiHeadAttention
-from mha_course.cost import count_parameters, multiply_adds, parameter_count, score_memory_bytes
+from mha_course.cost import (batched_forward_peak_bytes, class_d_out, count_parameters, multiply_adds, parameter_count,
+                             score_memory_bytes)
 
 
 @settings(max_examples=30, deadline=None)
@@ -57,20 +58,37 @@ def test_score_memory():
     assert score_memory_bytes(1, 1, 10, bytes_per_element=2) == 200
 
 
+@pytest.mark.parametrize("batch,num_tokens,num_heads,head_dim", [(1, 1, 1, 1), (2, 7, 3, 5), (3, 11, 4, 2)])
+def test_batched_peak_is_two_score_tensors_and_the_projections(batch, num_tokens, num_heads, head_dim):
+    """The prediction adds up the tensors the batched module holds at its peak, sized on the module."""
+    module = MultiHeadAttention(6, num_heads * head_dim, num_tokens, 0.0, num_heads=num_heads)
+    x = torch.randn(batch, num_tokens, 6)
+    with torch.no_grad():
+        weights = module.attention_weights(x)  # (B, h, T, T): the scores have this size too
+        projection = module.W_query(x)  # (B, T, h * d_h): so have the keys and the values
+    expected = 2 * weights.nbytes + 3 * projection.nbytes
+    assert batched_forward_peak_bytes(batch, num_tokens, num_heads, head_dim) == expected
+    assert batched_forward_peak_bytes(batch, num_tokens, num_heads, head_dim, bytes_per_element=2) == expected // 2
+    with pytest.raises(ValueError, match="head_dim must be a positive integer, got 0"):
+        batched_forward_peak_bytes(batch, num_tokens, num_heads, 0)
+
+
+@pytest.mark.parametrize("kind", ["causal", "wrapper", "batched"])
+def test_class_d_out_is_what_each_class_takes(kind):
+    num_heads = 1 if kind == "causal" else 3
+    module = build(kind, d_in=5, head_dim=4, num_heads=num_heads)
+    assert class_d_out(kind, num_heads, 4) == module.d_out
+    assert multiply_adds(kind, 1, 6, 5, class_d_out(kind, num_heads, 4), num_heads).total == _count_matmul_macs(
+        module, torch.randn(1, 6, 5))
+    with pytest.raises(ValueError, match="kind must be one of 'causal', 'wrapper', 'batched', got 'fast'"):
+        class_d_out("fast", 2, 4)
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="kind must be one of 'causal', 'wrapper', 'batched', got 'fast'"):
         parameter_count("fast", 3, 4, 2)
     with pytest.raises(ValueError, match=r"d_out \(5\) must be divisible by num_heads \(2\)"):
         multiply_adds("batched", 1, 6, 3, 5, 2)
-
-
-def test_measure_reports_positive_median_and_rejects_bad_time():
-    from mha_course.timing import measure
-
-    timing = measure(torch.mm, torch.ones(16, 16), torch.ones(16, 16), min_run_time=0.01)
-    assert timing.median > 0 and timing.runs >= 1 and timing.median_ms == timing.median * 1e3
-    with pytest.raises(ValueError, match="min_run_time must be positive seconds, got 0"):
-        measure(torch.mm, torch.ones(2, 2), torch.ones(2, 2), min_run_time=0)
 
 
 @pytest.mark.parametrize("kind,d_out,num_heads", [("causal", 4, 1), ("wrapper", 3, 3), ("batched", 8, 4)])
@@ -197,5 +215,7 @@ def test_cache_formulas_reject_bad_arguments():
         kv_cache_bytes(12, 12, 64, num_tokens=-1)
     with pytest.raises(ValueError, match=r"num_kv_groups \(5\) must divide num_heads \(12\)"):
         grouped_query_multiply_adds(1, 4, 8, 24, 12, 5)
-    with pytest.raises(ValueError, match="num_cached must be a whole number of 0 or more, got -2"):
+    with pytest.raises(ValueError, match="num_cached must be a non-negative integer, got -2. Pass 0 or more"):
         grouped_query_multiply_adds(1, 4, 8, 24, 12, 4, num_cached=-2)
+    with pytest.raises(TypeError, match=r"num_cached must be a non-negative integer, got 1\.5"):
+        grouped_query_multiply_adds(1, 4, 8, 24, 12, 4, num_cached=1.5)

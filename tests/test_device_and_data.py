@@ -33,8 +33,34 @@ def test_environment_variable_overrides(monkeypatch):
 def test_unavailable_cuda_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv(DEVICE_ENV_VAR, "cuda")
-    with pytest.raises(RuntimeError, match=r"MHA_COURSE_DEVICE='cuda' asks for CUDA, but torch sees no CUDA device"):
+    with pytest.raises(RuntimeError, match=r"MHA_COURSE_DEVICE='cuda' asks for CUDA, but torch sees no CUDA device"
+                                           r".*Use 'cpu', or unset MHA_COURSE_DEVICE"):
         get_device()
+
+
+def test_unavailable_device_from_an_argument_names_the_argument(monkeypatch):
+    """The advice to unset the environment variable is for a value that came from it, not from an argument."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv(DEVICE_ENV_VAR, "cpu")
+    for name in ("prefer", "--device"):
+        with pytest.raises(RuntimeError, match=rf"^{name}='cuda' asks for CUDA.*Use 'cpu' instead\.$"):
+            get_device("cuda", name=name)
+    monkeypatch.setattr("mha_course.device._mps_available", lambda: False)
+    with pytest.raises(RuntimeError, match=r"^prefer='mps' asks for Apple MPS.*Use 'cpu' instead\.$"):
+        get_device("mps")
+
+
+def test_the_bench_command_names_its_option_once(monkeypatch, capsys):
+    from mha_course.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["bench", "--quick", "--device", "gpu0"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == ("python -m mha_course bench: error: --device must name a torch device such as 'cpu', "
+                           "'cuda' or 'mps', got 'gpu0'.")
+    assert main(["bench", "--quick", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert "--device='cuda' asks for CUDA" in err and "Use 'cpu' instead." in err and DEVICE_ENV_VAR not in err
 
 
 def test_nonsense_device_name(monkeypatch):

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
 import pytest
 import torch
 from hypothesis import given, settings
@@ -13,10 +10,6 @@ from torch import nn
 
 from mha_course import merge_heads, split_heads, stack_qkv, unstack_qkv
 
-PACKAGE = Path(__file__).resolve().parents[1] / "mha_course"
-# The core: attention modules and the small pieces they share.
-CORE = ["_validation", "causal_attention", "device", "fast", "grouped_query", "heads", "interop",
-        "kv_cache", "masking", "multihead", "wrapper"]
 
 
 @settings(max_examples=30, deadline=None)
@@ -86,29 +79,3 @@ def test_stack_and_unstack_qkv_errors():
         unstack_qkv(torch.rand(7, 3))
     with pytest.raises(TypeError, match="packed must be a torch.Tensor or None, got list"):
         unstack_qkv([1, 2, 3])
-
-
-def _private_reach_ins(path: Path) -> list[str]:
-    """``other._name`` accesses in a module, other than on ``self``/``cls`` (its own privates)."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
-                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
-            found.append(f"{path.name}:{node.lineno}: .{node.attr}")
-        if isinstance(node, ast.ImportFrom):
-            found += [f"{path.name}:{node.lineno}: import {a.name}" for a in node.names
-                      if a.name.startswith("_") and not a.name.startswith("__")]
-    return sorted(found)
-
-
-def test_the_core_modules_reach_into_no_other_modules_private_names():
-    """A public helper beats a private reach-in: no ``mha._split_heads`` across modules in the core."""
-    paths = [PACKAGE / f"{name}.py" for name in CORE if (PACKAGE / f"{name}.py").exists()]
-    assert len(paths) >= 9
-    assert [hit for path in paths for hit in _private_reach_ins(path)] == []
-
-
-def test_the_reach_in_check_can_fail(tmp_path):
-    bad = tmp_path / "bad.py"
-    bad.write_text("def f(mha, x):\n    return mha._split_heads(x)\n\nfrom .multihead import _helper\n", encoding="utf-8")
-    assert _private_reach_ins(bad) == ["bad.py:2: ._split_heads", "bad.py:4: import _helper"]

@@ -110,3 +110,71 @@ def test_the_contract_catches_a_bad_import(tmp_path, monkeypatch):
         "mha_course/cost.py:2: mha_course.cost (aids) imports mha_course.bench.run (tools)"]
     assert violations(fake / "bench" / "run.py") == []  # a tool may import the core and the aids
     assert violations(fake / "__init__.py") == []  # the root loads tools lazily only
+
+
+# --- No module reaches into another's private names --------------------------------------------------
+
+
+def _root_name(node: ast.expr) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def private_reach_ins(source: str, filename: str) -> list[str]:
+    """Every use of another package module's private name (``_name``) in ``source``, as readable lines.
+
+    A module's own privates (``self._x``, ``cls._x``, its own ``_helper``) are fine, and so are those of
+    the libraries it imports (``os._exit``, ``torch._C``). What counts: ``from .multihead import
+    _helper``, and ``obj._name`` on anything that is not ``self``/``cls`` or an imported library,
+    e.g. ``mha._split_heads(x)`` or ``multihead._helper``.
+    """
+    tree = ast.parse(source, filename=filename)
+    libraries = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            libraries |= {alias.asname or alias.name.split(".")[0] for alias in node.names
+                          if not alias.name.startswith("mha_course")}
+        elif isinstance(node, ast.ImportFrom) and not node.level and not (node.module or "").startswith("mha_course"):
+            libraries |= {alias.asname or alias.name for alias in node.names}
+    found = []
+    for node in ast.walk(tree):
+        private = lambda name: name.startswith("_") and not name.startswith("__")  # noqa: E731
+        if isinstance(node, ast.Attribute) and private(node.attr):
+            own = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+            if not own and _root_name(node.value) not in libraries:
+                found.append((node.lineno, node.col_offset, ast.unparse(node)))
+        elif isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("mha_course")):
+            found += [(node.lineno, node.col_offset, f"import {alias.name}") for alias in node.names
+                      if private(alias.name)]
+    return [f"{filename}:{line}: {text}" for line, _, text in sorted(found)]
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_reaches_into_another_modules_private_names(path):
+    """A public helper beats a private reach-in (CONTRIBUTING.md): make it public where it belongs."""
+    hits = private_reach_ins(path.read_text(encoding="utf-8"), str(path.relative_to(REPO)))
+    assert not hits, "private names of other modules, used here (make them public where they belong):\n" + "\n".join(hits)
+
+
+def test_the_reach_in_check_runs_over_every_module_and_can_fail():
+    checked = {module_name(path) for path in MODULES}
+    assert {f"mha_course.{name}" for name in LAYERS["core"]} <= checked and len(checked) >= 40
+    source = (
+        "import os\nimport torch\nfrom torch import nn\nfrom . import multihead\n"
+        "from .multihead import _helper, transfer_weights\nfrom mha_course.cost import _kv_heads\n"
+        "def f(mha, x):\n"
+        "    os._exit(0); torch._C.TensorBase; nn._reduction  # libraries' privates: fine\n"
+        "    return mha._split_heads(x), multihead._helper, self_like.bar._lock\n"
+        "class C:\n"
+        "    def g(self):\n"
+        "        return self._own, cls._own, self.bar._lock\n"
+    )
+    assert private_reach_ins(source, "bad.py") == [
+        "bad.py:5: import _helper",
+        "bad.py:6: import _kv_heads",
+        "bad.py:9: mha._split_heads",
+        "bad.py:9: multihead._helper",
+        "bad.py:9: self_like.bar._lock",
+        "bad.py:12: self.bar._lock",
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 
 import pytest
 
@@ -32,6 +33,50 @@ def test_a_terminal_redraws_one_line_in_place_and_ends_it():
     assert "\n" not in text[:-1] and text.endswith("\n")
     assert text.count("\r") == 3  # the start, the note, the step
     assert "grade  1/3 [#######.............]  33%" in text and "left  chapter 1" in text
+
+
+def test_every_write_after_the_start_holds_the_lock():
+    """Worker threads of the grader set notes and count steps at once: each redraw must hold the lock."""
+
+    class WatchedTerminal(Terminal):
+        bar = None
+        unlocked = []
+
+        def write(self, text):
+            if self.bar is not None and not self.bar._lock.locked():
+                self.unlocked.append(text)
+            return super().write(text)
+
+    out = WatchedTerminal()
+    bar = ProgressBar(2, "grade", file=out)
+    out.bar = bar
+    bar.set_note("chapter 1")
+    bar.update()
+    bar.close()
+    assert out.getvalue().count("\r") == 3 and out.getvalue().endswith("\n")
+    assert out.unlocked == []
+
+
+def test_threads_setting_notes_and_counting_steps_draw_whole_lines():
+    import threading
+
+    class SlowTerminal(Terminal):
+        """Writes one character at a time, so unlocked redraws from two threads interleave."""
+
+        def write(self, text):
+            for character in text:
+                super().write(character)
+                time.sleep(0)
+            return len(text)
+
+    out = SlowTerminal()
+    bar = ProgressBar(50, "grade", file=out)
+    notes = threading.Thread(target=lambda: [bar.set_note(f"note {i:03d}") for i in range(50)])
+    steps = threading.Thread(target=lambda: [bar.update() for _ in range(50)])
+    notes.start(), steps.start()
+    notes.join(), steps.join()
+    for drawn in out.getvalue().split("\r")[1:]:
+        assert drawn.rstrip().startswith("grade "), drawn
 
 
 def test_disabled_writes_nothing():

@@ -50,6 +50,19 @@ def test_slow_calls_are_timed_once_in_the_first_rounds_only(fake_measure):
     assert timings["slow"].median == pytest.approx(2.1) and timings["slow"].runs == SLOW_ROUNDS
 
 
+def test_slow_calls_run_on_the_threads_asked_for(monkeypatch):
+    import torch
+
+    before = torch.get_num_threads()
+    seen = []
+    monkeypatch.setattr(timing, "measure", lambda fn, *args, num_threads=None, **kwargs: Timing(0.1, 0.0, 1))
+    monkeypatch.setattr(timing, "time_once", lambda fn: (seen.append(torch.get_num_threads()) or 2.0, None))
+    time_interleaved({"slow": print}, rounds=2, num_threads=before + 1, call_seconds={"slow": SLOW_CALL_S})
+    assert seen == [before + 1] * SLOW_ROUNDS and torch.get_num_threads() == before  # set, then restored
+    time_interleaved({"slow": print}, rounds=1, call_seconds={"slow": SLOW_CALL_S})
+    assert seen[-1] == before  # None: torch's current setting
+
+
 def test_progress_is_reported_before_each_measurement(fake_measure):
     fake_measure({"a": [1.0, 1.0], "b": [1.0, 1.0]})
     seen = []
@@ -59,10 +72,21 @@ def test_progress_is_reported_before_each_measurement(fake_measure):
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="rounds must be a whole number of at least 1, got 0"):
+    with pytest.raises(ValueError, match="rounds must be a positive integer, got 0"):
         time_interleaved({"a": print}, rounds=0)
+    with pytest.raises(TypeError, match=r"rounds must be a positive integer, got 2\.0"):
+        time_interleaved({"a": print}, rounds=2.0)
     with pytest.raises(ValueError, match="calls is empty"):
         time_interleaved({})
     with pytest.raises(ValueError, match="samples is empty"):
         summarise_samples([])
     assert summarise_samples([2.0]) == Timing(2.0, 0.0, 1)
+
+
+def test_measure_reports_positive_median_and_rejects_bad_time():
+    import torch
+
+    result = timing.measure(torch.mm, torch.ones(16, 16), torch.ones(16, 16), min_run_time=0.01)
+    assert result.median > 0 and result.runs >= 1
+    with pytest.raises(ValueError, match="min_run_time must be positive seconds, got 0"):
+        timing.measure(torch.mm, torch.ones(2, 2), torch.ones(2, 2), min_run_time=0)

@@ -124,3 +124,24 @@ def test_autocast_may_mix_dtypes(kind):
 def test_qkv_bias_must_be_a_bool(kind, value):
     with pytest.raises(TypeError, match=rf"qkv_bias must be True or False, got {value!r}"):
         build(kind, qkv_bias=value)
+
+
+def test_kv_groups_must_divide_num_heads_wherever_they_are_given():
+    """One check serves the module, the cost formulas and the figure, each naming its argument."""
+    from mha_course._validation import validate_kv_groups
+    from mha_course.cost import MODEL_SHAPES, grouped_query_multiply_adds
+    from mha_course.plots import plot_kv_sharing
+
+    assert validate_kv_groups(4, 12) == 4
+    fix = r"Choose num_kv_groups among 1, 2, 3, 4, 6, 12 \(the divisors of 12\)"
+    with pytest.raises(ValueError, match=r"num_kv_groups \(5\) must divide num_heads \(12\).*" + fix):
+        validate_kv_groups(5, 12)
+    with pytest.raises(ValueError, match=r"num_kv_groups \(5\) must divide num_heads \(12\).*" + fix):
+        grouped_query_multiply_adds(1, 4, 8, 24, 12, 5)
+    shape = MODEL_SHAPES["gpt2-small"]
+    with pytest.raises(ValueError, match=r"num_kv_groups \(5\) must divide num_heads \(12\).*" + fix):
+        type(shape)("odd", shape.num_layers, shape.num_heads, shape.head_dim, 5, shape.context_length).kv_heads()
+    with pytest.raises(ValueError, match=r"kv_groups \(3\) must divide num_heads \(8\).*among 1, 2, 4, 8"):
+        plot_kv_sharing(8, (8, 3))
+    with pytest.raises(TypeError, match=r"num_kv_groups must be a positive integer, got 2\.0"):
+        validate_kv_groups(2.0, 4)

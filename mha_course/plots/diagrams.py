@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 from matplotlib.colors import to_rgb
 from matplotlib.patches import FancyBboxPatch
 
-from .._validation import validate_positive_int
+from .._validation import validate_kv_groups, validate_positive_int
 from .style import COLUMN_WIDTH, HEAD_PALETTE, NEUTRAL, SEQUENTIAL_CMAP, house_style
 
 # --- The flow of multi-head attention: enter, fan out to heads, process per head, merge ---------
@@ -335,10 +335,7 @@ def plot_kv_sharing(num_heads: int = 8, kv_groups: Sequence[int] = (8, 2, 1)):
     if not kv_groups:
         raise ValueError("kv_groups is empty: pass the numbers of key/value heads to draw, e.g. (8, 2, 1).")
     for groups in kv_groups:
-        if num_heads % groups:
-            divisors = ", ".join(str(n) for n in range(1, num_heads + 1) if num_heads % n == 0)
-            raise ValueError(f"kv_groups holds {groups}, which does not divide num_heads ({num_heads}): each "
-                             f"key/value head serves the same number of query heads. Choose among {divisors}.")
+        validate_kv_groups(groups, num_heads, name="kv_groups")
     fig, axes = plt.subplots(len(kv_groups), 1, figsize=(COLUMN_WIDTH, 1.75 * len(kv_groups) + 0.1),
                              squeeze=False)
     step = 1.0
