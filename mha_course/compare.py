@@ -312,7 +312,8 @@ def sweep_table(points: Sequence[SweepPoint]) -> Table:
 
     The ``fixed`` column names the regime (:data:`mha_course.cost.REGIME_LABELS`). The ratios
     compare a point with the point of the same regime and implementation that has the fewest
-    heads, so 2.00 in the parameters ratio means twice the parameters of the fewest heads.
+    heads, so 2.00 in the parameters ratio means twice the parameters of the fewest heads. A sweep
+    of one implementation names it in the title instead of in a column of one repeated value.
     """
     if not points:
         raise ValueError("points is empty; pass the result of head_count_sweep(...).")
@@ -326,6 +327,8 @@ def sweep_table(points: Sequence[SweepPoint]) -> Table:
         key = (p.regime, p.implementation)
         if key not in base or p.num_heads < base[key].num_heads:
             base[key] = p
+    implementations = list(dict.fromkeys(p.implementation for p in points))
+    one = len(implementations) == 1
     rows = []
     for p in points:
         b = base[(p.regime, p.implementation)]
@@ -334,8 +337,11 @@ def sweep_table(points: Sequence[SweepPoint]) -> Table:
                p.multiply_adds / b.multiply_adds, p.score_bytes]
         if timed:
             row += [p.time.median, p.time.median / b.time.median]
-        rows.append(row)
+        rows.append(row[:1] + row[2:] if one else row)
     formats = {"params ratio": ".2f", "MACs ratio": ".2f", "score memory": "bytes"}
     if timed:
         formats.update({"time": "time", "time ratio": ".2f"})
+    if one:
+        columns.remove("implementation")
+        return Table(columns, rows, key_columns=2, formats=formats, title=f"implementation: {implementations[0]}")
     return Table(columns, rows, key_columns=3, formats=formats)

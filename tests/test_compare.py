@@ -156,3 +156,14 @@ def test_sweep_builds_any_registered_implementation_by_its_name():
     by_name = {name: [p.parameters for p in points if p.implementation == name] for name in ("batched", "fast")}
     assert by_name["batched"] == by_name["fast"] == [parameter_count("batched", 8, 8, h) for h in (1, 2)]
     assert [p.implementation for p in points] == ["batched"] * 2 + ["fast"] * 2 + ["torch_mha"] * 2
+
+
+def test_a_sweep_of_one_implementation_names_it_in_the_title_not_in_a_column():
+    points = head_count_sweep((1, 2), implementations=("stacked",), d_in=4, head_dim=2, d_model=4, batch=1,
+                              num_tokens=3, measure_time=False)
+    table = sweep_table(points)
+    assert "implementation" not in table.columns and table.title == "implementation: stacked"
+    assert table.column("heads") == [1, 2, 1, 2]
+    both = sweep_table(head_count_sweep((1, 2), implementations=("stacked", "batched"), d_in=4, head_dim=2,
+                                       d_model=4, batch=1, num_tokens=3, measure_time=False))
+    assert both.column("implementation") == ["stacked", "stacked", "batched", "batched"] * 2
