@@ -231,7 +231,8 @@ def plot_kv_cache_growth(shapes=None, bytes_per_number: int = 2, smallest: int =
     from ..cost import MODEL_SHAPES, kv_cache_bytes
     from ..tables import format_bytes
 
-    shapes = list((shapes or MODEL_SHAPES).values()) if isinstance(shapes or MODEL_SHAPES, dict) else list(shapes)
+    shapes = MODEL_SHAPES if shapes is None else shapes
+    shapes = list(shapes.values()) if isinstance(shapes, dict) else list(shapes)
     if not shapes:
         raise ValueError("shapes is empty: pass model shapes, e.g. mha_course.cost.MODEL_SHAPES.")
     smallest = validate_positive_int("smallest", smallest)
