@@ -171,12 +171,22 @@ def threads_text(meta: dict) -> str:
     return f"{meta['threads']} thread" + ("" if meta["threads"] == 1 else "s")
 
 
+def run_header(meta: dict) -> str:
+    """One line on the run: the machine, its threads, torch, the date, the matmul ceiling, the run's length.
+
+    Example:
+        >>> run_header({"device_name": "a CPU", "device": "cpu", "threads": 2, "torch": "2.5.1",
+        ...             "date": "2026-01-01", "matmul_ceiling": {"flops_per_s": 5.04e10}, "wall_time_s": 61.2})
+        'a CPU (cpu, 2 threads), torch 2.5.1, 2026-01-01; matmul ceiling 50.4 GFLOP/s; run took 61 s'
+    """
+    return (f"{meta['device_name']} ({meta['device']}, {threads_text(meta)}), torch {meta['torch']}, "
+            f"{meta['date']}; matmul ceiling {meta['matmul_ceiling']['flops_per_s'] / 1e9:.1f} GFLOP/s; "
+            f"run took {meta['wall_time_s']:.0f} s")
+
+
 def summary(results: dict) -> str:
-    """A plain-text summary of a run: the machine, then one table per (config, mode)."""
-    meta = results["meta"]
-    parts = [f"{meta['device_name']} ({meta['device']}, {threads_text(meta)}), torch {meta['torch']}, "
-             f"{meta['date']}; matmul ceiling {meta['matmul_ceiling']['flops_per_s'] / 1e9:.1f} GFLOP/s; "
-             f"run took {meta['wall_time_s']:.0f} s"]
+    """A plain-text summary of a run: the machine (:func:`run_header`), then one table per (config, mode)."""
+    parts = [run_header(results["meta"])]
     for config in results["configs"]:
         for mode in MODES:
             if select(results, config["name"], mode, measured_only=False):
