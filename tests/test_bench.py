@@ -124,7 +124,9 @@ def test_training_step_fills_gradients():
         bench.make_step(impls["fast"], "backward", torch.rand(2, 8, 16))
 
 
-def test_written_files_round_trip(results, tmp_path):
+def test_written_files_round_trip(results, tmp_path, monkeypatch):
+    # Saving the figure leaves the backend alone: a notebook that writes results keeps its inline figures.
+    monkeypatch.setattr(matplotlib, "use", lambda *args, **kwargs: pytest.fail("the backend was switched"))
     paths = bench.write_results(results, tmp_path, label="test")
     assert [p.name for p in paths] == ["bench-cpu-test.json", "bench-cpu-test.csv", "bench-cpu-test.png"]
     assert bench.load_results(paths[0]) == json.loads(json.dumps(results))

@@ -89,7 +89,8 @@ def test_decode_rows_needs_both_ways_at_every_length(results):
         bench.decode_rows({"rows": rows})
 
 
-def test_written_files_round_trip(results, tmp_path):
+def test_written_files_round_trip(results, tmp_path, monkeypatch):
+    monkeypatch.setattr(matplotlib, "use", lambda *args, **kwargs: pytest.fail("the backend was switched"))
     paths = bench.write_results(results, tmp_path, label="test")
     assert [p.name for p in paths] == ["bench-decode-cpu-test.json", "bench-decode-cpu-test.csv",
                                        "bench-decode-cpu-test.png"]
