@@ -10,6 +10,7 @@ import csv
 import json
 from pathlib import Path
 
+from ..implementations import IMPLEMENTATIONS
 from ..tables import Table
 from .steps import MODES
 
@@ -194,11 +195,6 @@ def summary(results: dict) -> str:
     return "\n".join(parts)
 
 
-#: Implementations whose attention is a fused kernel that may skip the fully masked tiles of the
-#: score matrix: their FLOP/s count work (the formula's full square) that they may not have done.
-FUSED_KERNELS = ("fast", "raw_sdpa")
-
-
 def size_table(results: dict, config: str) -> Table:
     """One size, both modes: every implementation's time and its ratio to the batched module's,
     its FLOP/s, and the peak memory of a forward call.
@@ -206,8 +202,9 @@ def size_table(results: dict, config: str) -> Table:
     The two ``× batched`` columns divide the time before them by the batched module's time in the
     same mode and run. FLOP/s are ``2 * multiply-adds / median forward time``, with the
     multiply-adds of the cost formula (the full ``T x T`` square); a note names the
-    implementations that run a fused kernel that may skip masked tiles, for which the figure
-    counts work they may not have done.
+    implementations that run a fused kernel that may skip masked tiles (``fused`` in
+    :data:`mha_course.implementations.IMPLEMENTATIONS`), for which the figure counts work they
+    may not have done.
 
     Example:
         >>> rows = [{"config": "c", "mode": m, "implementation": n, "median_s": t, "iqr_s": 0.0,
@@ -245,7 +242,7 @@ def size_table(results: dict, config: str) -> Table:
         if memory:
             cells.append(f.get("peak_bytes"))
         rows.append(cells)
-        if name in FUSED_KERNELS:
+        if name in IMPLEMENTATIONS and IMPLEMENTATIONS[name].fused:
             fused.append(name)
     if fused:
         notes.insert(0, f"{', '.join(fused)}: a fused kernel that may skip masked tiles; "
