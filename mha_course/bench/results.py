@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..implementations import IMPLEMENTATIONS
 from ..tables import Table
-from .steps import MODES
+from .steps import MODE_LABELS, MODES
 
 #: Version of the results format; bumped when a field changes meaning. (Runs since the stability
 #: check also hold ``meta.load`` and ``meta.stability_warnings``; older files lack them.)
@@ -284,10 +284,9 @@ def versus_table(results: dict, numerator: str, denominator: str, configs=None,
     configs = list(configs or [c["name"] for c in results["configs"]])
     heads = {c["name"]: c["num_heads"] for c in results.get("configs", [])}
     modes = [m for m in MODES if select(results, mode=m)]
-    label = {"forward": "forward", "forward+backward": "training"}
     columns = ["size", "heads", "multiply-adds"]
     for mode in modes:
-        columns += [label[mode], "faster"]
+        columns += [MODE_LABELS[mode], "faster"]
     rows = []
     for config in configs:
         first = lookup(results, config, modes[0], numerator)
@@ -297,7 +296,7 @@ def versus_table(results: dict, numerator: str, denominator: str, configs=None,
             duel = compare_times(results, config, mode, numerator, denominator)
             row += [duel["ratio"], duel["verdict"]]
         rows.append(row)
-    formats = {name: ".2f" for name in ("multiply-adds", *label.values())}
+    formats = {name: ".2f" for name in ("multiply-adds", *MODE_LABELS.values())}
     notes = [f"ratios: {numerator} over {denominator} (above 1: {numerator} does more, or takes longer).",
              "faster: beyond the run's own spread; tie when within it."]
     title = title or f"{numerator} ÷ {denominator}, {threads_text(results['meta'])}"
@@ -330,10 +329,9 @@ def threads_table(one: dict, two: dict, implementations=("stacked", "batched", "
                          "different thread counts, e.g. bench-cpu.json and bench-cpu-2threads.json.")
     configs = list(configs or [c["name"] for c in one["configs"]])
     modes = [m for m in MODES if select(one, mode=m) and select(two, mode=m)]
-    label = {"forward": "forward", "forward+backward": "training"}
     columns = ["size", "implementation"]
     for mode in modes:
-        columns += [f"{label[mode]}, {a}", f"{label[mode]}, {b}", "speed-up"]
+        columns += [f"{MODE_LABELS[mode]}, {a}", f"{MODE_LABELS[mode]}, {b}", "speed-up"]
     rows = []
     for config in configs:
         for name in implementations:
@@ -344,7 +342,7 @@ def threads_table(one: dict, two: dict, implementations=("stacked", "batched", "
                 row += [t1, t2, t1 / t2]
             rows.append(row)
     formats = {name: (".2f" if name == "speed-up" else "time") for name in columns[2:]}
-    note = (f"{', '.join(label[m] for m in modes)}: median times with {a} and with {b} threads; "
+    note = (f"{', '.join(MODE_LABELS[m] for m in modes)}: median times with {a} and with {b} threads; "
             "speed-up: the first over the second.")
     return Table(columns, rows, key_columns=2, formats=formats, notes=[note],
                  title=f"{threads_text(one['meta'])} against {threads_text(two['meta'])}")
