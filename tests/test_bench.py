@@ -177,11 +177,11 @@ def test_bad_names_are_reported():
         bench.BenchSettings(configs=[TINY], implementations=["fastest"])
     with pytest.raises(ValueError, match=r"unknown configs \['huge'\]: choose from textbook"):
         bench.BenchSettings.for_command(configs=["huge"])
-    with pytest.raises(ValueError, match="rounds must be a whole number of at least 1, got 0"):
+    with pytest.raises(ValueError, match="rounds must be a positive integer, got 0. Pass a whole number of at least 1."):
         bench.BenchSettings(configs=[TINY], rounds=0)
     with pytest.raises(ValueError, match="min_run_time must be a positive number, got -1"):
         bench.BenchSettings(configs=[TINY], min_run_time=-1)
-    with pytest.raises(ValueError, match="memory_calls must be 0 or more, got -1"):
+    with pytest.raises(ValueError, match="memory_calls must be a non-negative integer, got -1. Pass 0 or more."):
         bench.BenchSettings(configs=[TINY], memory_calls=-1)
     with pytest.raises(TypeError, match="settings must be a BenchSettings"):
         bench.run_benchmark([TINY])

@@ -111,7 +111,7 @@ def test_the_figure_has_a_line_per_way(results):
 def test_settings_are_checked():
     with pytest.raises(ValueError, match="configs must be a non-empty sequence of BenchConfig"):
         bench.DecodeSettings(configs=[])
-    with pytest.raises(ValueError, match="rounds must be a whole number of at least 1, got 0"):
+    with pytest.raises(ValueError, match="rounds must be a positive integer, got 0. Pass a whole number of at least 1."):
         bench.DecodeSettings(configs=CONFIGS, rounds=0)
     with pytest.raises(ValueError, match=r"unknown configs \['small-4'\]: choose from decode-16"):
         bench.DecodeSettings.for_command(configs=["small-4"])

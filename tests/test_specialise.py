@@ -85,7 +85,7 @@ def test_task_bad_arguments():
         difference_task(4, num_tokens=2)
     with pytest.raises(ValueError, match="batch_size must be a positive integer"):
         difference_task(0)
-    with pytest.raises(ValueError, match="seed must be a non-negative whole number"):
+    with pytest.raises(ValueError, match="seed must be a non-negative integer, got -1. Pass 0 or more."):
         difference_task(4, seed=-1)
     with pytest.raises(TypeError, match="vocab_size must be a positive integer"):
         difference_task(4, vocab_size=2.5)
@@ -164,7 +164,7 @@ def test_training_lowers_the_loss():
 def test_train_bad_arguments():
     with pytest.raises(ValueError, match="num_heads=3 does not divide d_model=16"):
         train(3, config=TINY)
-    with pytest.raises(ValueError, match="seed must be a non-negative whole number, got -1"):
+    with pytest.raises(ValueError, match="seed must be a non-negative integer, got -1. Pass 0 or more."):
         train(2, seed=-1, config=TINY)
     with pytest.raises(ValueError, match="num_heads must be a positive integer"):
         train(0, config=TINY)
