@@ -65,7 +65,7 @@ def plot_cost_regimes(points):
     ordered = sorted(groups.items(), key=lambda item: REGIMES.index(item[0][0]))  # model width on top
     for ax, (field, label) in zip(axes.flat, quantities):
         lo, hi = head_counts[0], head_counts[-1]
-        ax.plot([lo, hi], [1, hi / lo], "-", color="#bbbbbb", lw=7, alpha=0.6, zorder=0,
+        ax.plot([lo, hi], [1, hi / lo], "-", color=NEUTRAL, lw=7, alpha=0.25, zorder=0,  # a pale band
                 solid_capstyle="round", label="in proportion to heads")
         for (regime, implementation), group in ordered:
             group = sorted(group, key=lambda p: p.num_heads)

@@ -1,6 +1,9 @@
 """The task, "first minus previous", its settings, and the tiny model trained on it.
 
-Every argument check of the experiment is written here once and used by the other modules.
+The checks of the task's and the model's arguments are written here once and used by the other
+modules. A trained model and the evaluation's own arguments are checked in :mod:`~.evaluation`
+(:func:`~.evaluation.validate_model`), the arguments of a whole run in :mod:`~.results`
+(:func:`~.results.validate_experiment_arguments`).
 """
 
 from __future__ import annotations
