@@ -68,6 +68,9 @@ class Spec:
     description: str
     cost_kind: str
     build: Callable[[References], tuple[Callable[[torch.Tensor], torch.Tensor], list[nn.Module]]]
+    #: Its attention is a fused kernel that may skip the fully masked tiles of the score matrix, so
+    #: FLOP/s from the cost formula (the full square) count work it may not have done.
+    fused: bool = False
 
 
 def _fast(refs: References, use_sdpa: bool):
@@ -102,9 +105,9 @@ IMPLEMENTATIONS: dict[str, Spec] = {
         Spec("fused_qkv", "FastMultiHeadAttention(use_sdpa=False): fused QKV, explicit attention", "batched",
              lambda refs: _fast(refs, use_sdpa=False)),
         Spec("fast", "FastMultiHeadAttention: fused QKV + scaled_dot_product_attention", "batched",
-             lambda refs: _fast(refs, use_sdpa=True)),
+             lambda refs: _fast(refs, use_sdpa=True), fused=True),
         Spec("raw_sdpa", "scaled_dot_product_attention on MultiHeadAttention's own projections", "batched",
-             lambda refs: (lambda x: sdpa_forward(refs.batched, x), [refs.batched])),
+             lambda refs: (lambda x: sdpa_forward(refs.batched, x), [refs.batched]), fused=True),
         Spec("torch_mha_weights", "torch.nn.MultiheadAttention, need_weights=True", "batched",
              lambda refs: _torch_mha(refs, need_weights=True)),
         Spec("torch_mha", "torch.nn.MultiheadAttention, need_weights=False", "batched",

@@ -124,7 +124,9 @@ def test_training_step_fills_gradients():
         bench.make_step(impls["fast"], "backward", torch.rand(2, 8, 16))
 
 
-def test_written_files_round_trip(results, tmp_path):
+def test_written_files_round_trip(results, tmp_path, monkeypatch):
+    # Saving the figure leaves the backend alone: a notebook that writes results keeps its inline figures.
+    monkeypatch.setattr(matplotlib, "use", lambda *args, **kwargs: pytest.fail("the backend was switched"))
     paths = bench.write_results(results, tmp_path, label="test")
     assert [p.name for p in paths] == ["bench-cpu-test.json", "bench-cpu-test.csv", "bench-cpu-test.png"]
     assert bench.load_results(paths[0]) == json.loads(json.dumps(results))
@@ -175,11 +177,11 @@ def test_bad_names_are_reported():
         bench.BenchSettings(configs=[TINY], implementations=["fastest"])
     with pytest.raises(ValueError, match=r"unknown configs \['huge'\]: choose from textbook"):
         bench.BenchSettings.for_command(configs=["huge"])
-    with pytest.raises(ValueError, match="rounds must be a whole number of at least 1, got 0"):
+    with pytest.raises(ValueError, match="rounds must be a positive integer, got 0. Pass a whole number of at least 1."):
         bench.BenchSettings(configs=[TINY], rounds=0)
     with pytest.raises(ValueError, match="min_run_time must be a positive number, got -1"):
         bench.BenchSettings(configs=[TINY], min_run_time=-1)
-    with pytest.raises(ValueError, match="memory_calls must be 0 or more, got -1"):
+    with pytest.raises(ValueError, match="memory_calls must be a non-negative integer, got -1. Pass 0 or more."):
         bench.BenchSettings(configs=[TINY], memory_calls=-1)
     with pytest.raises(TypeError, match="settings must be a BenchSettings"):
         bench.run_benchmark([TINY])

@@ -89,7 +89,8 @@ def test_decode_rows_needs_both_ways_at_every_length(results):
         bench.decode_rows({"rows": rows})
 
 
-def test_written_files_round_trip(results, tmp_path):
+def test_written_files_round_trip(results, tmp_path, monkeypatch):
+    monkeypatch.setattr(matplotlib, "use", lambda *args, **kwargs: pytest.fail("the backend was switched"))
     paths = bench.write_results(results, tmp_path, label="test")
     assert [p.name for p in paths] == ["bench-decode-cpu-test.json", "bench-decode-cpu-test.csv",
                                        "bench-decode-cpu-test.png"]
@@ -110,7 +111,7 @@ def test_the_figure_has_a_line_per_way(results):
 def test_settings_are_checked():
     with pytest.raises(ValueError, match="configs must be a non-empty sequence of BenchConfig"):
         bench.DecodeSettings(configs=[])
-    with pytest.raises(ValueError, match="rounds must be a whole number of at least 1, got 0"):
+    with pytest.raises(ValueError, match="rounds must be a positive integer, got 0. Pass a whole number of at least 1."):
         bench.DecodeSettings(configs=CONFIGS, rounds=0)
     with pytest.raises(ValueError, match=r"unknown configs \['small-4'\]: choose from decode-16"):
         bench.DecodeSettings.for_command(configs=["small-4"])

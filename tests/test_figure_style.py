@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
-import json
 import math
 import pkgutil
 from pathlib import Path
@@ -55,6 +54,7 @@ from mha_course.plots import (  # noqa: E402
     figure_text_sizes,
     house_style,
 )
+from mha_course.plots.style import saved_image_px  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "book" / "data"
 PLOTTING_MODULES = ("mha_course.plots", "mha_course.bench.plots", "mha_course.experiments.specialisation.plots")
@@ -162,22 +162,6 @@ def _plots():
     return _module("mha_course.plots")
 
 
-# Figures whose text is too small today: their functions are to be redrawn in the house style
-# (mha_course.plots.house_style and book_figsize). Expected failures, strict: a figure that
-# starts passing fails here until its entry is removed.
-SMALL_TEXT_TO_FIX: dict[str, str] = {}
-# Figures whose legend lines look alike to colour-blind readers today (same kind of entry).
-LINES_TO_FIX: dict[str, str] = {}
-
-
-def _figure_params(to_fix: dict[str, str]) -> list:
-    return [
-        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=f"to redraw: {to_fix[name]}"))
-        if name in to_fix else name
-        for name in BOOK_FIGURES
-    ]
-
-
 # A reader's own matplotlib settings, which a book figure must not depend on: small text, a rainbow
 # colour map, red and green lines, another dpi (the inline backend's old default).
 READER_SETTINGS = {
@@ -243,7 +227,7 @@ def test_every_plot_function_draws_a_book_figure_here():
 # Text size as the book shows each figure
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", _figure_params(SMALL_TEXT_TO_FIX))
+@pytest.mark.parametrize("name", BOOK_FIGURES)
 def test_no_text_smaller_than_9_px_as_the_book_shows_it(drawn, name):
     figure = drawn(name)
     sizes = figure_text_sizes(figure)
@@ -266,12 +250,6 @@ def test_no_text_smaller_than_9_px_as_the_book_shows_it(drawn, name):
         )
 
 
-def _image_px(figure) -> float:
-    """The width of the PNG a notebook saves of ``figure`` (its tight bounding box, padded)."""
-    renderer = figure.canvas.get_renderer()
-    return (figure.get_tightbbox(renderer).width + 2 * plt.rcParams["savefig.pad_inches"]) * figure.dpi
-
-
 @pytest.mark.parametrize("name", BOOK_FIGURES)
 def test_every_book_figure_is_drawn_in_the_house_style_within_the_column(drawn, name):
     """The figure sets its own dpi and size, whatever the reader's settings, and fills most of the column."""
@@ -279,7 +257,7 @@ def test_every_book_figure_is_drawn_in_the_house_style_within_the_column(drawn, 
     assert figure.dpi == FIGURE_DPI, f"{name}: drawn at {figure.dpi:.0f} dpi, not in the house style"
     width_px = figure.get_size_inches()[0] * figure.dpi
     assert width_px <= BOOK_COLUMN_PX + 0.5, f"{name}: drawn {width_px:.0f} px wide, wider than the column"
-    shown = min(_image_px(figure), BOOK_COLUMN_PX)
+    shown = min(saved_image_px(figure), BOOK_COLUMN_PX)
     assert shown >= 0.6 * BOOK_COLUMN_PX, (f"{name}: shown {shown:.0f} px wide, {shown / BOOK_COLUMN_PX:.0%} of the "
                                            "column (the book shows figures at least 60 % of it)")
 
@@ -412,10 +390,8 @@ def _delta_e(first: np.ndarray, second: np.ndarray) -> float:
     return float(np.linalg.norm(first - second))
 
 
-@pytest.mark.parametrize("name", _figure_params(LINES_TO_FIX))
-def test_lines_told_apart_by_colour_alone_stay_apart_for_colour_blind_readers(drawn, name):
-    """Legend lines drawn alike (same dashes, same markers) must differ in colour for every reader."""
-    figure = drawn(name)
+def line_problems(figure) -> list[str]:
+    """Legend lines drawn alike (same dashes, same markers) whose colours some reader cannot tell apart."""
     problems = []
     for ax in figure.axes:
         lines = [line for line in ax.get_lines() if not line.get_label().startswith("_") and len(line.get_xdata()) > 1]
@@ -428,7 +404,14 @@ def test_lines_told_apart_by_colour_alone_stay_apart_for_colour_blind_readers(dr
                     if _delta_e(lab[0], lab[1]) < 15:
                         problems.append(f"{first.get_label()!r} and {second.get_label()!r} look alike "
                                         f"({vision}, ΔE {_delta_e(lab[0], lab[1]):.0f})")
-    assert not problems, f"{name}: " + "; ".join(dict.fromkeys(problems)) + " (vary the dashes or markers too)"
+    return list(dict.fromkeys(problems))
+
+
+@pytest.mark.parametrize("name", BOOK_FIGURES)
+def test_lines_told_apart_by_colour_alone_stay_apart_for_colour_blind_readers(drawn, name):
+    """Legend lines drawn alike (same dashes, same markers) must differ in colour for every reader."""
+    problems = line_problems(drawn(name))
+    assert not problems, f"{name}: " + "; ".join(problems) + " (vary the dashes or markers too)"
 
 
 # --------------------------------------------------------------------------------------------
@@ -457,8 +440,13 @@ def test_the_line_check_catches_red_and_green():
     ax.plot([0, 1], [0, 1], color="tab:red", label="red")
     ax.plot([0, 1], [1, 0], color="tab:green", label="green")
     rgb = np.array([to_rgb("tab:red"), to_rgb("tab:green")])
+    problems = line_problems(figure)
+    ax.lines[1].set_linestyle("--")  # dashes tell them apart: no longer a problem
+    told_apart = line_problems(figure)
     plt.close(figure)
     assert _delta_e(*_seen_as(rgb)["deuteranopia"]) < 15
+    assert any(p.startswith("'red' and 'green' look alike (deuteranopia") for p in problems), problems
+    assert told_apart == []
 
 
 def test_a_figure_drawn_in_the_house_style_at_column_width_has_readable_text():
@@ -500,9 +488,3 @@ def test_book_figsize_fills_the_column_at_the_figure_dpi():
     width, height = book_figsize(1.0, aspect=0.5)
     assert math.isclose(width * HOUSE_STYLE["figure.dpi"], BOOK_COLUMN_PX)
     assert math.isclose(height, width / 2)
-
-
-def test_the_book_data_the_figures_use_is_there():
-    """The bench and experiment figures are drawn from the results stored with the book."""
-    for name in ("bench-cpu.json", "specialisation.json"):
-        assert json.loads((DATA / name).read_text(encoding="utf-8")), f"book/data/{name} is empty"

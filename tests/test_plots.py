@@ -207,6 +207,9 @@ def test_chapter_6_figures_reject_bad_arguments():
         plot_kv_sharing(8, ())
     with pytest.raises(ValueError, match=r"smallest \(2048\) must be below GPT-2 small's context length \(1024\)"):
         plot_kv_cache_growth(smallest=2048)
+    for empty in ([], {}):
+        with pytest.raises(ValueError, match="shapes is empty: pass model shapes"):
+            plot_kv_cache_growth(empty)
 
 # --- The reshape of the batched module and the bills of chapter 4 --------------------------------
 

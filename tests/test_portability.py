@@ -55,7 +55,8 @@ SCRIPT = textwrap.dedent('''
     run = bench.run_benchmark(bench.BenchSettings(configs=(size,), implementations=("batched", "fast"),
                                                   modes=("forward",), min_run_time=0.002, rounds=1,
                                                   progress=False, ceiling_size=16))
-    report["meta"] = {k: run["meta"].get(k) for k in ("memory_measured", "memory_skipped", "load")}
+    report["meta"] = {k: run["meta"].get(k) for k in ("memory_measured", "memory_skipped", "load",
+                                                        "other_work_cores")}
     report["peak"] = [r.get("peak_bytes") for r in run["rows"]]
     report["memory_module_loaded"] = "mha_course.bench.memory" in sys.modules
     print(json.dumps(report))
@@ -72,6 +73,7 @@ def test_without_posix_or_tools_the_package_works_and_memory_is_skipped_with_a_m
     assert report["html"].startswith('<div class="mha-table-block">')
     assert report["summary_rows"] == 4
     assert report["meta"]["memory_measured"] is False and report["meta"]["load"] == {"start": None, "end": None}
+    assert report["meta"]["other_work_cores"] == {"start": None, "end": None}  # no /proc/stat to read
     assert "lacks os.fork and the resource module" in report["meta"]["memory_skipped"]
     assert report["peak"] == [None, None] and report["memory_module_loaded"] is False
     assert "peak memory is not measured: this platform" in done.stderr
@@ -86,6 +88,7 @@ def test_import_loads_no_tool_beyond_what_torch_loads():
     code = ("import sys, torch; before = set(sys.modules); import mha_course; "
             "print(sorted(set(sys.modules) - before))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
     added = eval(done.stdout)  # a list of module names
     assert not [m for m in added if m.startswith(("mha_course.exercises", "mha_course.bench", "mha_course.experiments",
                                                    "tqdm", "nbclient", "nbformat", "ipykernel"))], added

@@ -85,7 +85,7 @@ def test_task_bad_arguments():
         difference_task(4, num_tokens=2)
     with pytest.raises(ValueError, match="batch_size must be a positive integer"):
         difference_task(0)
-    with pytest.raises(ValueError, match="seed must be a non-negative whole number"):
+    with pytest.raises(ValueError, match="seed must be a non-negative integer, got -1. Pass 0 or more."):
         difference_task(4, seed=-1)
     with pytest.raises(TypeError, match="vocab_size must be a positive integer"):
         difference_task(4, vocab_size=2.5)
@@ -164,7 +164,7 @@ def test_training_lowers_the_loss():
 def test_train_bad_arguments():
     with pytest.raises(ValueError, match="num_heads=3 does not divide d_model=16"):
         train(3, config=TINY)
-    with pytest.raises(ValueError, match="seed must be a non-negative whole number, got -1"):
+    with pytest.raises(ValueError, match="seed must be a non-negative integer, got -1. Pass 0 or more."):
         train(2, seed=-1, config=TINY)
     with pytest.raises(ValueError, match="num_heads must be a positive integer"):
         train(0, config=TINY)
@@ -294,6 +294,13 @@ def test_plots_draw_every_seed():
     ax = fig.axes[0]
     assert [t.get_text().split("\n")[0] for t in ax.get_xticklabels()] == ["1 head", "2 heads", "1 head"]
     assert sum(len(c.get_offsets()) for c in ax.collections if hasattr(c, "get_offsets")) >= 6
+    # Each bar runs from the lowest seed to the highest, inside the axes (a mean + std would pass 1).
+    bars = [container.lines[2][0].get_segments()[0][:, 1] for container in ax.containers]
+    rows = accuracy_by_heads(results)
+    assert [(low, high) for low, high in bars] == [pytest.approx((row["min"], row["max"])) for row in rows]
+    assert max(high for _, high in bars) <= ax.get_ylim()[1]
+    # The title holds for every group: the last one trained four times as long.
+    assert "same budget" not in ax.get_title() and "10 steps unless marked" in ax.get_title()
     plt.close(fig)
     fig = plot_first_share_by_difference(results)
     assert len(fig.axes[0].lines) == 2  # one line per seed (one head each)

@@ -35,10 +35,10 @@ from .run import run_benchmark
 from .settings import BenchSettings, DecodeSettings
 from .sizes import (ALL_CONFIGS, ALL_DECODE_CONFIGS, CONFIGS, DECODE_CONFIGS, QUICK_CONFIGS, QUICK_DECODE_CONFIGS,
                     BenchConfig)
-from .steps import MODES, build_for, make_step
+from .steps import MODE_LABELS, MODES, build_for, make_step
 
 __all__ = [
-    "IMPLEMENTATIONS", "Implementation", "build_implementations", "build_for", "make_step", "MODES",
+    "IMPLEMENTATIONS", "Implementation", "build_implementations", "build_for", "make_step", "MODES", "MODE_LABELS",
     "BenchConfig", "CONFIGS", "QUICK_CONFIGS", "ALL_CONFIGS", "BenchSettings", "run_benchmark",
     "MachineState", "matmul_ceiling", "stability_warnings", "FORMAT_VERSION", "BASELINES", "add_ratios",
     "write_results", "load_results", "select", "lookup", "compare_times", "results_table", "summary",

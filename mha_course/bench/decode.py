@@ -20,21 +20,17 @@ and ``mode = "decode"`` in every row; they are written as ``bench-decode-DEVICE.
 
 from __future__ import annotations
 
-import time
-from dataclasses import asdict
-
 import torch
 
 from ..cost import grouped_query_multiply_adds
 from ..data import random_batch
-from ..device import get_device
 from ..grouped_query import GroupedQueryAttention
 from ..kv_cache import KVCache
 from ..progress_bar import ProgressBar
 from ..tables import Table
 from ..timing import time_interleaved, time_once
-from .machine import metadata, observe, stability
-from .results import FORMAT_VERSION, select, threads_text
+from .results import run_header, select, threads_text
+from .run import observed_run, prepare_run
 from .settings import DecodeSettings
 from .sizes import BenchConfig
 
@@ -99,39 +95,18 @@ def run_decode_benchmark(settings: DecodeSettings) -> dict:
         ``ceiling_fraction``, ``max_abs_diff`` (against ``recompute``'s output) and, for
         ``kv_cache``, ``cache_bytes`` (the keys and values the layer's cache holds).
     """
-    if not isinstance(settings, DecodeSettings):
-        raise TypeError(f"settings must be a DecodeSettings, got {type(settings).__name__}; build one with "
-                        "DecodeSettings.for_command(...).")
-    device = get_device(settings.device)
-    if settings.threads:
-        torch.set_num_threads(settings.threads)
-    threads = torch.get_num_threads()
+    device = prepare_run(settings, DecodeSettings, "DecodeSettings.for_command(...)")
     bar = ProgressBar(2 + len(settings.configs), "bench --decode", enabled=settings.progress)
-    started = time.perf_counter()
-    ceiling_time = min(settings.min_run_time, 0.5)
-    bar.set_note("matmul ceiling and load, at the start")
-    start = observe(device, settings.ceiling_size, ceiling_time)
-    bar.update()
-    rows = []
-    for config in settings.configs:
-        bar.set_note(f"{config.name}: recompute and kv_cache")
-        rows += _length(config, device, settings)
-        bar.update()
-    bar.set_note("matmul ceiling and load, at the end")
-    end = observe(device, settings.ceiling_size, ceiling_time)
-    bar.update()
-    bar.close()
-    seconds = time.perf_counter() - started
-    stable = stability(start, end, threads=threads, seconds=seconds)
-    for row in rows:
-        row["ceiling_fraction"] = row["flops_per_s"] / stable["matmul_ceiling"]["flops_per_s"]
-    meta = metadata(device, threads, settings, seconds, False, stable, FORMAT_VERSION)
-    return {
-        "meta": {"benchmark": "decode", **meta},
-        "configs": [asdict(c) for c in settings.configs],
-        "implementations": dict(DECODE_IMPLEMENTATIONS),
-        "rows": rows,
-    }
+
+    def measure() -> list[dict]:
+        rows = []
+        for config in settings.configs:
+            bar.set_note(f"{config.name}: recompute and kv_cache")
+            rows += _length(config, device, settings)
+            bar.update()
+        return rows
+
+    return observed_run(settings, device, bar, measure, dict(DECODE_IMPLEMENTATIONS), benchmark="decode")
 
 
 def _length(config: BenchConfig, device: torch.device, settings: DecodeSettings) -> list[dict]:
@@ -203,8 +178,6 @@ def decode_table(results: dict) -> Table:
 
 
 def decode_summary(results: dict) -> str:
-    """A plain-text summary of a decoding run: the machine, then the table."""
-    meta = results["meta"]
-    return (f"{meta['device_name']} ({meta['device']}, {threads_text(meta)}), torch {meta['torch']}, {meta['date']}; "
-            f"matmul ceiling {meta['matmul_ceiling']['flops_per_s'] / 1e9:.1f} GFLOP/s; run took "
-            f"{meta['wall_time_s']:.0f} s\n\n{decode_table(results)}")
+    """A plain-text summary of a decoding run: the machine (:func:`~mha_course.bench.results.run_header`),
+    then the table."""
+    return f"{run_header(results['meta'])}\n\n{decode_table(results)}"

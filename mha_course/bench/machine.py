@@ -70,10 +70,10 @@ def load_average() -> list[float] | None:
 def _busy_cpu_seconds() -> float | None:
     """CPU seconds every core of the machine has spent busy since boot, from ``/proc/stat`` (Linux)."""
     try:
-        with open("/proc/stat", encoding="utf-8") as stat:
-            fields = stat.readline().split()
+        lines = Path("/proc/stat").read_text(encoding="utf-8").splitlines()
     except OSError:
         return None
+    fields = lines[0].split() if lines else []
     if not fields or fields[0] != "cpu":
         return None
     # user nice system idle iowait irq softirq steal ...: all but idle and iowait are busy.

@@ -183,13 +183,13 @@ def _save(figure, path) -> Path:
 
 
 def save_plot(results: dict, path) -> Path:
-    """Draw :func:`plot_results` off screen and save it as ``path`` (PNG); return the path."""
-    import matplotlib
+    """Draw :func:`plot_results`, save it as ``path`` (PNG) and close it; return the path.
 
-    matplotlib.use("Agg", force=False)
+    The backend is left as it is (a notebook keeps its inline figures): the figure is never shown.
+    """
     return _save(plot_results(results), path)
 
 
 def save_decode_plot(results: dict, path) -> Path:
-    """Draw :func:`plot_decode` into ``path`` (PNG) and return the path."""
+    """Draw :func:`plot_decode`, save it as ``path`` (PNG) and close it; return the path."""
     return _save(plot_decode(results), path)

@@ -10,8 +10,9 @@ import csv
 import json
 from pathlib import Path
 
+from ..implementations import IMPLEMENTATIONS
 from ..tables import Table
-from .steps import MODES
+from .steps import MODE_LABELS, MODES
 
 #: Version of the results format; bumped when a field changes meaning. (Runs since the stability
 #: check also hold ``meta.load`` and ``meta.stability_warnings``; older files lack them.)
@@ -171,22 +172,27 @@ def threads_text(meta: dict) -> str:
     return f"{meta['threads']} thread" + ("" if meta["threads"] == 1 else "s")
 
 
+def run_header(meta: dict) -> str:
+    """One line on the run: the machine, its threads, torch, the date, the matmul ceiling, the run's length.
+
+    Example:
+        >>> run_header({"device_name": "a CPU", "device": "cpu", "threads": 2, "torch": "2.5.1",
+        ...             "date": "2026-01-01", "matmul_ceiling": {"flops_per_s": 5.04e10}, "wall_time_s": 61.2})
+        'a CPU (cpu, 2 threads), torch 2.5.1, 2026-01-01; matmul ceiling 50.4 GFLOP/s; run took 61 s'
+    """
+    return (f"{meta['device_name']} ({meta['device']}, {threads_text(meta)}), torch {meta['torch']}, "
+            f"{meta['date']}; matmul ceiling {meta['matmul_ceiling']['flops_per_s'] / 1e9:.1f} GFLOP/s; "
+            f"run took {meta['wall_time_s']:.0f} s")
+
+
 def summary(results: dict) -> str:
-    """A plain-text summary of a run: the machine, then one table per (config, mode)."""
-    meta = results["meta"]
-    parts = [f"{meta['device_name']} ({meta['device']}, {threads_text(meta)}), torch {meta['torch']}, "
-             f"{meta['date']}; matmul ceiling {meta['matmul_ceiling']['flops_per_s'] / 1e9:.1f} GFLOP/s; "
-             f"run took {meta['wall_time_s']:.0f} s"]
+    """A plain-text summary of a run: the machine (:func:`run_header`), then one table per (config, mode)."""
+    parts = [run_header(results["meta"])]
     for config in results["configs"]:
         for mode in MODES:
             if select(results, config["name"], mode, measured_only=False):
                 parts.append("\n" + str(results_table(results, config["name"], mode)))
     return "\n".join(parts)
-
-
-#: Implementations whose attention is a fused kernel that may skip the fully masked tiles of the
-#: score matrix: their FLOP/s count work (the formula's full square) that they may not have done.
-FUSED_KERNELS = ("fast", "raw_sdpa")
 
 
 def size_table(results: dict, config: str) -> Table:
@@ -196,8 +202,9 @@ def size_table(results: dict, config: str) -> Table:
     The two ``× batched`` columns divide the time before them by the batched module's time in the
     same mode and run. FLOP/s are ``2 * multiply-adds / median forward time``, with the
     multiply-adds of the cost formula (the full ``T x T`` square); a note names the
-    implementations that run a fused kernel that may skip masked tiles, for which the figure
-    counts work they may not have done.
+    implementations that run a fused kernel that may skip masked tiles (``fused`` in
+    :data:`mha_course.implementations.IMPLEMENTATIONS`), for which the figure counts work they
+    may not have done.
 
     Example:
         >>> rows = [{"config": "c", "mode": m, "implementation": n, "median_s": t, "iqr_s": 0.0,
@@ -235,7 +242,7 @@ def size_table(results: dict, config: str) -> Table:
         if memory:
             cells.append(f.get("peak_bytes"))
         rows.append(cells)
-        if name in FUSED_KERNELS:
+        if name in IMPLEMENTATIONS and IMPLEMENTATIONS[name].fused:
             fused.append(name)
     if fused:
         notes.insert(0, f"{', '.join(fused)}: a fused kernel that may skip masked tiles; "
@@ -277,10 +284,9 @@ def versus_table(results: dict, numerator: str, denominator: str, configs=None,
     configs = list(configs or [c["name"] for c in results["configs"]])
     heads = {c["name"]: c["num_heads"] for c in results.get("configs", [])}
     modes = [m for m in MODES if select(results, mode=m)]
-    label = {"forward": "forward", "forward+backward": "training"}
     columns = ["size", "heads", "multiply-adds"]
     for mode in modes:
-        columns += [label[mode], "faster"]
+        columns += [MODE_LABELS[mode], "faster"]
     rows = []
     for config in configs:
         first = lookup(results, config, modes[0], numerator)
@@ -290,7 +296,7 @@ def versus_table(results: dict, numerator: str, denominator: str, configs=None,
             duel = compare_times(results, config, mode, numerator, denominator)
             row += [duel["ratio"], duel["verdict"]]
         rows.append(row)
-    formats = {name: ".2f" for name in ("multiply-adds", *label.values())}
+    formats = {name: ".2f" for name in ("multiply-adds", *MODE_LABELS.values())}
     notes = [f"ratios: {numerator} over {denominator} (above 1: {numerator} does more, or takes longer).",
              "faster: beyond the run's own spread; tie when within it."]
     title = title or f"{numerator} ÷ {denominator}, {threads_text(results['meta'])}"
@@ -323,10 +329,9 @@ def threads_table(one: dict, two: dict, implementations=("stacked", "batched", "
                          "different thread counts, e.g. bench-cpu.json and bench-cpu-2threads.json.")
     configs = list(configs or [c["name"] for c in one["configs"]])
     modes = [m for m in MODES if select(one, mode=m) and select(two, mode=m)]
-    label = {"forward": "forward", "forward+backward": "training"}
     columns = ["size", "implementation"]
     for mode in modes:
-        columns += [f"{label[mode]}, {a}", f"{label[mode]}, {b}", "speed-up"]
+        columns += [f"{MODE_LABELS[mode]}, {a}", f"{MODE_LABELS[mode]}, {b}", "speed-up"]
     rows = []
     for config in configs:
         for name in implementations:
@@ -337,7 +342,7 @@ def threads_table(one: dict, two: dict, implementations=("stacked", "batched", "
                 row += [t1, t2, t1 / t2]
             rows.append(row)
     formats = {name: (".2f" if name == "speed-up" else "time") for name in columns[2:]}
-    note = (f"{', '.join(label[m] for m in modes)}: median times with {a} and with {b} threads; "
+    note = (f"{', '.join(MODE_LABELS[m] for m in modes)}: median times with {a} and with {b} threads; "
             "speed-up: the first over the second.")
     return Table(columns, rows, key_columns=2, formats=formats, notes=[note],
                  title=f"{threads_text(one['meta'])} against {threads_text(two['meta'])}")

@@ -40,17 +40,14 @@ def run_benchmark(settings: BenchSettings) -> dict:
     Returns:
         ``{"meta": {...}, "configs": [...], "implementations": {...}, "rows": [...]}``; each row is
         one (config, implementation, mode) with ``median_s``, ``iqr_s``, ``runs``, ``vs_batched``,
-        ``vs_raw_sdpa``, ``peak_bytes``, ``minor_faults_per_call``, ``multiply_adds``,
-        ``flops_per_s``, ``ceiling_fraction``, ``max_abs_diff`` (against the textbook module's
-        output), or ``skipped`` with the reason. ``meta`` holds the machine, the settings, the
+        ``vs_raw_sdpa``, ``multiply_adds``, ``flops_per_s``, ``ceiling_fraction``, ``max_abs_diff``
+        (against the textbook module's output) and, when memory is measured, ``peak_bytes``,
+        ``memory_vs_raw_sdpa``, ``minor_faults_per_call`` and ``peak_method`` (how the peak was
+        read); or ``skipped`` with the reason. ``meta`` holds the machine, the settings, the
         ceiling and load at the start and end, and ``stability_warnings``.
     """
-    if not isinstance(settings, BenchSettings):
-        raise TypeError(f"settings must be a BenchSettings, got {type(settings).__name__}; build one with "
-                        "BenchSettings(configs=(CONFIGS['small-4'],), ...) or BenchSettings.for_command(...).")
-    device = get_device(settings.device)
-    if settings.threads:
-        torch.set_num_threads(settings.threads)
+    device = prepare_run(settings, BenchSettings, "BenchSettings(configs=(CONFIGS['small-4'],), ...) or "
+                         "BenchSettings.for_command(...)")
     memory, skipped_because, probe = settings.memory, None, None
     if memory and device.type == "cpu":
         skipped_because = cpu_memory_unsupported_reason()
@@ -71,6 +68,49 @@ def run_benchmark(settings: BenchSettings) -> dict:
     return results
 
 
+def prepare_run(settings, kind: type, example: str) -> torch.device:
+    """Check that ``settings`` is a ``kind``, set its thread count; return its device."""
+    if not isinstance(settings, kind):
+        raise TypeError(f"settings must be a {kind.__name__}, got {type(settings).__name__}; build one with "
+                        f"{example}.")
+    device = get_device(settings.device)
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    return device
+
+
+def observed_run(settings, device: torch.device, bar: ProgressBar, measure, implementations: dict,
+                 memory: bool = False, benchmark: str | None = None) -> dict:
+    """The frame of every run: the matmul ceiling and the load observed at the start, the rows of
+    ``measure()``, the ceiling and load again at the end; then each measured row's fraction of the
+    ceiling and the run's metadata. Returns the results dict (``meta``, ``configs``,
+    ``implementations``, ``rows``), with ``meta["benchmark"]`` when ``benchmark`` is given.
+    """
+    threads = torch.get_num_threads()
+    started = time.perf_counter()
+    ceiling_time = min(settings.min_run_time, 0.5)
+    bar.set_note("matmul ceiling and load, at the start")
+    start = observe(device, settings.ceiling_size, ceiling_time)
+    bar.update()
+    rows = measure()
+    bar.set_note("matmul ceiling and load, at the end")
+    end = observe(device, settings.ceiling_size, ceiling_time)
+    bar.update()
+    bar.close()
+    seconds = time.perf_counter() - started
+    stable = stability(start, end, threads=threads, seconds=seconds)
+    for row in rows:
+        if "flops_per_s" in row:  # a skipped row has none
+            row["ceiling_fraction"] = row["flops_per_s"] / stable["matmul_ceiling"]["flops_per_s"]
+    meta = metadata(device, threads, settings, seconds, memory, stable, FORMAT_VERSION)
+    return {
+        "meta": meta if benchmark is None else {"benchmark": benchmark, **meta},
+        "configs": [asdict(c) for c in settings.configs],
+        "implementations": implementations,
+        "rows": rows,
+    }
+
+
 class _Run:
     """One run's state: its settings, device, progress bar and memory probe."""
 
@@ -82,28 +122,10 @@ class _Run:
 
     def results(self) -> dict:
         s = self.settings
-        started = time.perf_counter()
-        ceiling_time = min(s.min_run_time, 0.5)
-        self.bar.set_note("matmul ceiling and load, at the start")
-        start = observe(self.device, s.ceiling_size, ceiling_time)
-        self.bar.update()
-        rows = [row for config in s.configs for row in self._size(config)]
-        self.bar.set_note("matmul ceiling and load, at the end")
-        end = observe(self.device, s.ceiling_size, ceiling_time)
-        self.bar.update()
-        self.bar.close()
-        seconds = time.perf_counter() - started
-        stable = stability(start, end, threads=self.threads, seconds=seconds)
-        for row in rows:
-            if "flops_per_s" in row:
-                row["ceiling_fraction"] = row["flops_per_s"] / stable["matmul_ceiling"]["flops_per_s"]
-        add_ratios(rows)
-        return {
-            "meta": metadata(self.device, self.threads, s, seconds, self.memory, stable, FORMAT_VERSION),
-            "configs": [asdict(c) for c in s.configs],
-            "implementations": {n: IMPLEMENTATIONS[n].description for n in s.implementations},
-            "rows": rows,
-        }
+        results = observed_run(s, self.device, self.bar, lambda: [row for c in s.configs for row in self._size(c)],
+                               {n: IMPLEMENTATIONS[n].description for n in s.implementations}, memory=self.memory)
+        add_ratios(results["rows"])
+        return results
 
     def _size(self, config: BenchConfig) -> list[dict]:
         s = self.settings

@@ -10,16 +10,17 @@ import numbers
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Sequence
 
+from .._validation import validate_non_negative_int, validate_positive_int
 from ..implementations import IMPLEMENTATIONS, validate_names
 from .sizes import (ALL_CONFIGS, ALL_DECODE_CONFIGS, CONFIGS, DECODE_CONFIGS, QUICK_CONFIGS, QUICK_DECODE_CONFIGS,
                     BenchConfig)
 from .steps import MODES
 
 
-def _positive(name: str, value, kind=numbers.Real) -> None:
-    if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
-        what = "a whole number of at least 1" if kind is numbers.Integral else "a positive number"
-        raise ValueError(f"{name} must be {what}, got {value!r}.")
+def _positive(name: str, value) -> None:
+    """A positive real number (a whole number goes through ``validate_positive_int``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value <= 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}.")
 
 
 @dataclass(frozen=True)
@@ -52,11 +53,11 @@ class RunSettings:
                              f"(mha_course.bench.{self.example_config},).")
         object.__setattr__(self, "configs", configs)
         _positive("min_run_time", self.min_run_time)
-        _positive("rounds", self.rounds, numbers.Integral)
+        validate_positive_int("rounds", self.rounds)
         if self.threads is not None:
-            _positive("threads", self.threads, numbers.Integral)
+            validate_positive_int("threads", self.threads)
         if self.ceiling_size is not None:
-            _positive("ceiling_size", self.ceiling_size, numbers.Integral)
+            validate_positive_int("ceiling_size", self.ceiling_size)
 
     @classmethod
     def _for_command(cls, known: dict, pool: dict, *, quick: bool, configs: Sequence[str] | None,
@@ -100,9 +101,7 @@ class BenchSettings(RunSettings):
         object.__setattr__(self, "implementations",
                            tuple(validate_names(self.implementations, IMPLEMENTATIONS, "implementations")))
         object.__setattr__(self, "modes", tuple(validate_names(self.modes, MODES, "modes")))
-        if isinstance(self.memory_calls, bool) or not isinstance(self.memory_calls, numbers.Integral) \
-                or self.memory_calls < 0:
-            raise ValueError(f"memory_calls must be 0 or more, got {self.memory_calls!r}.")
+        validate_non_negative_int("memory_calls", self.memory_calls)
 
     @classmethod
     def for_command(cls, *, quick: bool = False, configs: Sequence[str] | None = None,

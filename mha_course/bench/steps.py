@@ -13,6 +13,9 @@ from .sizes import BenchConfig
 #: What one call does: inference (``forward``) or a training step without the optimiser.
 MODES = ("forward", "forward+backward")
 
+#: How the tables and chapters name each mode: a forward+backward call is a training step.
+MODE_LABELS = {"forward": "forward", "forward+backward": "training"}
+
 
 def build_for(config: BenchConfig, device, names=None, seed: int = 0):
     """:func:`mha_course.implementations.build_implementations` at a benchmark size.

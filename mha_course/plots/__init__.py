@@ -1,7 +1,7 @@
 """Figures of the course: visibility tables, attention maps, diagrams of the heads, cost regimes.
 
-Every function draws on a matplotlib ``Axes`` (a new figure when none is given) and returns the
-figure, so a notebook cell can end with ``plt.show()``. Every one draws in the book's house style
+Every function draws a new figure and returns it (:func:`plot_visibility` can also draw on an
+``Axes`` it is given), so a notebook cell can end with ``plt.show()``. Every one draws in the book's house style
 (:func:`house_style`), at most the book's column wide, so its text is at least
 :data:`MIN_TEXT_PX` pixels as the book shows it.
 

@@ -65,7 +65,7 @@ def plot_cost_regimes(points):
     ordered = sorted(groups.items(), key=lambda item: REGIMES.index(item[0][0]))  # model width on top
     for ax, (field, label) in zip(axes.flat, quantities):
         lo, hi = head_counts[0], head_counts[-1]
-        ax.plot([lo, hi], [1, hi / lo], "-", color="#bbbbbb", lw=7, alpha=0.6, zorder=0,
+        ax.plot([lo, hi], [1, hi / lo], "-", color=NEUTRAL, lw=7, alpha=0.25, zorder=0,  # a pale band
                 solid_capstyle="round", label="in proportion to heads")
         for (regime, implementation), group in ordered:
             group = sorted(group, key=lambda p: p.num_heads)
@@ -231,7 +231,8 @@ def plot_kv_cache_growth(shapes=None, bytes_per_number: int = 2, smallest: int =
     from ..cost import MODEL_SHAPES, kv_cache_bytes
     from ..tables import format_bytes
 
-    shapes = list((shapes or MODEL_SHAPES).values()) if isinstance(shapes or MODEL_SHAPES, dict) else list(shapes)
+    shapes = MODEL_SHAPES if shapes is None else shapes
+    shapes = list(shapes.values()) if isinstance(shapes, dict) else list(shapes)
     if not shapes:
         raise ValueError("shapes is empty: pass model shapes, e.g. mha_course.cost.MODEL_SHAPES.")
     smallest = validate_positive_int("smallest", smallest)

@@ -33,9 +33,11 @@ class _Canvas:
     def text(self, x, y, text, fontsize, **kwargs):
         return self.ax.text(x, y, text, fontsize=fontsize * self.scale, **kwargs)
 
-    def box(self, x, y, width, height, text, colour, fontsize=9.5, fill_alpha=0.12):
+    def box(self, x, y, width, height, text, colour, fontsize=9.5, fill_alpha=0.12, rounding=0.12,
+            linewidth=1.4):
+        """A rounded box centred on ``(x, y)``, edged in ``colour`` and filled with a tint of it, and its text."""
         self.ax.add_patch(FancyBboxPatch((x - width / 2, y - height / 2), width, height,
-                                         boxstyle="round,pad=0.02,rounding_size=0.12", linewidth=1.4,
+                                         boxstyle=f"round,pad=0.02,rounding_size={rounding}", linewidth=linewidth,
                                          edgecolor=colour, facecolor=(*to_rgb(colour), fill_alpha)))
         self.text(x, y, text, fontsize, ha="center", va="center", color="black")
 
@@ -293,8 +295,8 @@ def plot_head_reshape(num_heads: int = 2, head_dim: int = 2, num_tokens: int = 3
         if index:
             previous_left, previous_width = panels[index - 1][:2]
             gap_start = previous_left + previous_width + (label_room + 0.15 if index == 4 else 0.15)
-            ax.annotate("", xy=(panel_left - 0.15, top - num_tokens / 2), xytext=(gap_start, top - num_tokens / 2),
-                        arrowprops=dict(arrowstyle="-|>", color=NEUTRAL, lw=1.3, shrinkA=0, shrinkB=0))
+            _Canvas(ax, 1.0).arrow((gap_start, top - num_tokens / 2), (panel_left - 0.15, top - num_tokens / 2),
+                                   NEUTRAL)
     ax.set_xlim(0, width_units)
     ax.set_ylim(-2.7, label_y + 1.9)
     ax.set_aspect("equal")
@@ -304,13 +306,6 @@ def plot_head_reshape(num_heads: int = 2, head_dim: int = 2, num_tokens: int = 3
 
 
 # --- Sharing keys and values (chapter 6): who reads which key/value head, and what the cache holds ---
-
-def _kv_box(ax, x, y, width, height, text, colour, fontsize=9.5):
-    ax.add_patch(FancyBboxPatch((x - width / 2, y - height / 2), width, height,
-                                boxstyle="round,pad=0.02,rounding_size=0.08", linewidth=1.3,
-                                edgecolor=colour, facecolor=(*to_rgb(colour), 0.18)))
-    ax.text(x, y, text, ha="center", va="center", fontsize=fontsize, color="black")
-
 
 @house_style()
 def plot_kv_sharing(num_heads: int = 8, kv_groups: Sequence[int] = (8, 2, 1)):
@@ -343,6 +338,8 @@ def plot_kv_sharing(num_heads: int = 8, kv_groups: Sequence[int] = (8, 2, 1)):
     label_x = -0.9
     for ax, groups in zip(axes[:, 0], kv_groups):
         size = num_heads // groups
+        draw = _Canvas(ax, 1.0)
+        kv_box = dict(fill_alpha=0.18, rounding=0.08, linewidth=1.3)  # smaller boxes than the head flow's
         ax.set_xlim(label_x - 1.25, num_heads * step - 0.3)
         ax.set_ylim(-0.45, 1.75)
         ax.axis("off")
@@ -361,10 +358,10 @@ def plot_kv_sharing(num_heads: int = 8, kv_groups: Sequence[int] = (8, 2, 1)):
         for g in range(groups):
             centre = (g * size + (size - 1) / 2) * step
             box_width = (size - 1) * step + width
-            _kv_box(ax, centre, 0.0, box_width, height, f"KV{g + 1}", colours[g])
+            draw.box(centre, 0.0, box_width, height, f"KV{g + 1}", colours[g], **kv_box)
         for q in range(num_heads):
             g = q // size
-            _kv_box(ax, q * step, 1.0, width, height, f"Q{q + 1}", colours[g])
+            draw.box(q * step, 1.0, width, height, f"Q{q + 1}", colours[g], **kv_box)
             ax.plot([q * step, q * step], [1.0 - height / 2, height / 2], color=colours[g], lw=1.8,
                     linestyle="-", gid=f"Q{q + 1}-KV{g + 1}")
     fig.tight_layout(h_pad=0.4)

@@ -108,6 +108,20 @@ def line_style(index: int) -> dict:
             "linestyle": DASHES[index % len(DASHES)]}
 
 
+def saved_image_px(fig, renderer=None) -> float:
+    """The width in pixels of the PNG a notebook saves of ``fig``: its tight bounding box, padded
+    by ``savefig.pad_inches`` on each side, at the figure's dpi.
+
+    Example:
+        >>> fig, ax = plt.subplots(figsize=(6, 3), dpi=100)
+        >>> 500 < saved_image_px(fig) < 600   # the tight box trims the figure's empty margins
+        True
+        >>> plt.close(fig)
+    """
+    renderer = renderer if renderer is not None else fig.canvas.get_renderer()
+    return float((fig.get_tightbbox(renderer).width + 2 * plt.rcParams["savefig.pad_inches"]) * fig.dpi)
+
+
 def figure_text_sizes(fig, column_px: int = BOOK_COLUMN_PX) -> list[tuple[float, str]]:
     """Every text ``fig`` draws with its size in CSS pixels as the book shows it, smallest first.
 
@@ -142,6 +156,5 @@ def figure_text_sizes(fig, column_px: int = BOOK_COLUMN_PX) -> list[tuple[float,
     width, height = fig.get_size_inches() * fig.dpi
     renderer = Recorder(int(width), int(height), fig.dpi)
     fig.draw(renderer)
-    image_px = (fig.get_tightbbox(renderer).width + 2 * plt.rcParams["savefig.pad_inches"]) * fig.dpi
-    scale = min(1.0, column_px / image_px)
+    scale = min(1.0, column_px / saved_image_px(fig, renderer))
     return sorted((float(points * fig.dpi / 72 * scale), text) for points, text in drawn)

@@ -29,9 +29,10 @@ Everything here is seeded and runs single-threaded on the CPU, so the same seed 
 model, bit for bit. ``python -m mha_course specialise`` reruns the whole experiment
 (:func:`run_experiment`) and writes the JSON file that the book's chapter 5 loads.
 
-One concern per module: :mod:`~.task` (the task, its settings, the model, and every argument
-check), :mod:`~.training`, :mod:`~.evaluation`, :mod:`~.results` (the whole run, its file and its
-tables) and :mod:`~.plots`. Everything public is importable from here.
+One concern per module: :mod:`~.task` (the task, its settings, the model, and the checks of their
+arguments), :mod:`~.training`, :mod:`~.evaluation` (with the checks of a trained model and of its own arguments),
+:mod:`~.results` (the whole run, the check of its arguments, its file and its tables) and
+:mod:`~.plots`. Everything public is importable from here.
 """
 
 from .evaluation import (EVAL_SEED, SOLVED_ACCURACY, accuracy, evaluate, evaluation_data, first_share_by_difference,

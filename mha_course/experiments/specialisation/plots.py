@@ -12,19 +12,17 @@ from .evaluation import SOLVED_ACCURACY, one_token_accuracy
 from .results import accuracy_by_heads, select_runs
 from .task import SpecialisationConfig
 
-#: Grey marks the single seeds and the unsolved models.
-_GREY = "#777777"
-
-
 def plot_accuracy_by_heads(results: dict, ax=None):
-    """Held-out accuracy against head count: one dot per seed, the mean with a +-1 std bar.
+    """Held-out accuracy against head count: one dot per seed, the mean with a bar from the lowest
+    seed's accuracy to the highest (a range that, unlike mean +- std, stays between 0 and 1).
 
     The dashed line is what a model that reads only one of the two tokens can reach
-    (:func:`one_token_accuracy`).
+    (:func:`one_token_accuracy`). The title gives the training steps of the groups not marked
+    otherwise under their label (one head with ``long_budget_factor`` times the steps).
     """
     import matplotlib.pyplot as plt
 
-    from ...plots import OKABE_ITO, book_figsize, house_style
+    from ...plots import NEUTRAL, OKABE_ITO, book_figsize, house_style
 
     rows = accuracy_by_heads(results)
     with house_style():
@@ -34,10 +32,11 @@ def plot_accuracy_by_heads(results: dict, ax=None):
         for x, row in enumerate(rows):
             accuracies = [r["accuracy"] for r in select_runs(results, row["num_heads"], row["steps"])]
             offsets = [(i - (len(accuracies) - 1) / 2) * 0.04 for i in range(len(accuracies))]  # spread dots
-            ax.scatter([x + 0.18 + o for o in offsets], accuracies, s=14, color=_GREY, alpha=0.8,
+            ax.scatter([x + 0.18 + o for o in offsets], accuracies, s=14, color=NEUTRAL, alpha=0.65,
                        label="one seed" if x == 0 else None, zorder=3)
-            ax.errorbar(x, row["mean"], yerr=row["std"], fmt="o", color=OKABE_ITO[0], capsize=5, markersize=7,
-                        label="mean ± std" if x == 0 else None, zorder=4)
+            spread = [[row["mean"] - row["min"]], [row["max"] - row["mean"]]]  # down to the lowest, up to the highest
+            ax.errorbar(x, row["mean"], yerr=spread, fmt="o", color=OKABE_ITO[0], capsize=5, markersize=7,
+                        label="mean; bar: lowest to highest seed" if x == 0 else None, zorder=4)
             budget = ("" if row["steps"] == results["config"]["steps"]
                       else f"\n{row['steps'] // results['config']['steps']}× steps")
             labels.append(f"{row['num_heads']} head{'s' if row['num_heads'] > 1 else ''}\n"
@@ -47,8 +46,10 @@ def plot_accuracy_by_heads(results: dict, ax=None):
         ax.set_xticks(range(len(rows)), labels)
         ax.set_ylim(0, 1.05)
         ax.set_ylabel("held-out accuracy")
-        ax.set_title(f"Same width (d_model = {results['config']['d_model']}), same budget, "
-                     f"{results['seeds']} seeds")
+        steps = results["config"]["steps"]
+        budget = (f"{steps} steps each" if all(row["steps"] == steps for row in rows)
+                  else f"{steps} steps unless marked")
+        ax.set_title(f"Same width (d_model = {results['config']['d_model']}), {results['seeds']} seeds, {budget}")
         ax.legend(loc="center")
         ax.figure.tight_layout()
     return ax.figure
@@ -62,7 +63,7 @@ def plot_first_share_by_difference(results: dict, num_heads: int = 1, steps: int
     """
     import matplotlib.pyplot as plt
 
-    from ...plots import book_figsize, house_style, line_style
+    from ...plots import NEUTRAL, book_figsize, house_style, line_style
 
     runs = select_runs(results, num_heads, steps)
     vocab_size = results["config"]["vocab_size"]
@@ -74,7 +75,7 @@ def plot_first_share_by_difference(results: dict, num_heads: int = 1, steps: int
         for run in runs:
             solved = run in solved_runs
             style = (dict(line_style(solved_runs.index(run)), markersize=5, alpha=0.9) if solved
-                     else dict(color=_GREY, marker="o", linestyle="-", markersize=3, alpha=0.4))
+                     else dict(color=NEUTRAL, marker="o", linestyle="-", markersize=3, alpha=0.3))
             for head, row in enumerate(run["first_share_by_difference"]):
                 ax.plot(differences, [math.nan if v is None else v for v in row], **style,
                         label=f"seed {run['seed']} (solved)" if solved and head == 0 else None)

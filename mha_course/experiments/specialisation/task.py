@@ -1,6 +1,9 @@
 """The task, "first minus previous", its settings, and the tiny model trained on it.
 
-Every argument check of the experiment is written here once and used by the other modules.
+The checks of the task's and the model's arguments are written here once and used by the other
+modules. A trained model and the evaluation's own arguments are checked in :mod:`~.evaluation`
+(:func:`~.evaluation.validate_model`), the arguments of a whole run in :mod:`~.results`
+(:func:`~.results.validate_experiment_arguments`).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..._validation import validate_positive_int
+from ..._validation import validate_non_negative_int, validate_positive_int
 from ...multihead import MultiHeadAttention
 
 #: Label of positions that have nothing to predict; ``cross_entropy`` skips it.
@@ -78,9 +81,7 @@ def validate_num_tokens(num_tokens: int) -> int:
 
 def validate_seed(seed) -> int:
     """A seed is a non-negative whole number."""
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise ValueError(f"seed must be a non-negative whole number, got {seed!r}.")
-    return int(seed)
+    return validate_non_negative_int("seed", seed)
 
 
 def validate_head_count(num_heads, d_model: int) -> int:
