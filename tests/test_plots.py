@@ -201,7 +201,7 @@ def test_kv_cache_growth_draws_the_formula():
 
 
 def test_chapter_6_figures_reject_bad_arguments():
-    with pytest.raises(ValueError, match=r"kv_groups holds 3, which does not divide num_heads \(8\).*1, 2, 4, 8"):
+    with pytest.raises(ValueError, match=r"kv_groups \(3\) must divide num_heads \(8\).*1, 2, 4, 8"):
         plot_kv_sharing(8, (8, 3))
     with pytest.raises(ValueError, match="kv_groups is empty"):
         plot_kv_sharing(8, ())

@@ -21,7 +21,7 @@ from dataclasses import asdict
 
 import torch
 
-from ..cost import multiply_adds
+from ..cost import class_d_out, multiply_adds
 from ..data import random_batch
 from ..device import get_device
 from ..implementations import IMPLEMENTATIONS
@@ -171,7 +171,7 @@ class _Run:
 
     def _row(self, row, config, impl, mode, timing, step, one_call, max_abs_diff) -> dict:
         macs = multiply_adds(impl.cost_kind, config.batch, config.num_tokens, config.d_in,
-                             config.head_dim if impl.cost_kind == "wrapper" else config.d_out, config.num_heads)
+                             class_d_out(impl.cost_kind, config.num_heads, config.head_dim), config.num_heads)
         work = macs.total if mode == "forward" else macs.forward_backward
         row.update(median_s=timing.median, iqr_s=timing.iqr, runs=timing.runs, multiply_adds=work,
                    flops_per_s=2 * work / timing.median, max_abs_diff=max_abs_diff)

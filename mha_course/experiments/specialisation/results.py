@@ -23,7 +23,7 @@ DEFAULT_RESULTS_PATH = Path("book") / "data" / "specialisation.json"
 
 
 def validate_experiment_arguments(seeds, heads: Sequence[int] = (1, 2, 4), config: SpecialisationConfig | None = None,
-                               long_budget_factor=4) -> tuple[int, list[int], SpecialisationConfig]:
+                                  long_budget_factor=4) -> tuple[int, list[int], SpecialisationConfig]:
     """Check the arguments of :func:`run_experiment` (the command line checks them here too, before training).
 
     Example:
