@@ -318,8 +318,9 @@ def sweep_table(points: Sequence[SweepPoint]) -> Table:
     if not points:
         raise ValueError("points is empty; pass the result of head_count_sweep(...).")
     timed = all(p.time is not None for p in points)
-    columns = ["fixed", "implementation", "heads", "head_dim", "width", "parameters", "params ratio",
-               "multiply-adds", "MACs ratio", "score memory"]
+    # The ratios and the score memory, which the chapters read, before the raw counts.
+    columns = ["fixed", "implementation", "heads", "head_dim", "width", "params ratio", "MACs ratio",
+               "score memory", "parameters", "multiply-adds"]
     if timed:
         columns += ["time", "time ratio"]
     base: dict[tuple[str, str], SweepPoint] = {}
@@ -333,8 +334,8 @@ def sweep_table(points: Sequence[SweepPoint]) -> Table:
     for p in points:
         b = base[(p.regime, p.implementation)]
         row = [REGIME_LABELS[p.regime].removesuffix(" fixed"), p.implementation, p.num_heads, p.head_dim,
-               p.width, p.parameters, p.parameters / b.parameters, p.multiply_adds,
-               p.multiply_adds / b.multiply_adds, p.score_bytes]
+               p.width, p.parameters / b.parameters, p.multiply_adds / b.multiply_adds, p.score_bytes,
+               p.parameters, p.multiply_adds]
         if timed:
             row += [p.time.median, p.time.median / b.time.median]
         rows.append(row[:1] + row[2:] if one else row)
