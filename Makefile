@@ -54,7 +54,7 @@ test: $(STAMP)
 	MHA_COURSE_BOOK_EXECUTE=off $(BIN)/jupyter-book build . -W -n --keep-going
 	MHA_COURSE_REQUIRE_BOOK=1 $(BIN)/python -m pytest
 
-# The package's unit, property and doc tests alone, in about a minute: no book build, no chapter
+# The package's unit, property and doc tests alone, in under two minutes: no book build, no chapter
 # notebooks, no browser. CI runs it on macOS and Windows (.github/workflows/test.yml).
 .PHONY: test-package
 test-package: $(STAMP)
