@@ -13,6 +13,7 @@ heads across query heads shrinks it by ``num_heads / num_kv_groups``.
 
 from __future__ import annotations
 
+import copy
 import weakref
 
 import torch
@@ -74,11 +75,10 @@ class KVCache:
             >>> len(twin), twin.keys.requires_grad, torch.equal(twin.keys, cache.keys)
             (2, False, True)
         """
-        twin = KVCache()
+        twin = copy.copy(self)  # the same layer; the tensors replaced below
         memo[id(self)] = twin
         if self.keys is not None:
             twin.keys, twin.values = self.keys.detach().clone(), self.values.detach().clone()
-        twin._layer = self._layer
         return twin
 
     def __len__(self) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
+from .decode_results import DECODE_IMPLEMENTATIONS, decode_rows
 from .results import lookup, select, threads_text
 from .steps import MODES
 
@@ -146,7 +147,6 @@ def plot_decode(results: dict):
     from matplotlib.ticker import FuncFormatter
 
     from ..plots import SEQUENTIAL_CMAP, book_figsize, house_style
-    from .decode import DECODE_IMPLEMENTATIONS, decode_rows
 
     pairs = decode_rows(results)
     tokens = [recompute["num_tokens"] for recompute, _ in pairs]
