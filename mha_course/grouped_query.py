@@ -88,24 +88,28 @@ class GroupedQueryAttention(nn.Module):
         register_causal_mask(self, self.context_length)  # self.mask
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None):
-        """Grouped-query attention over ``x``: ``(B, T, d_in) -> (B, T, d_out)``.
+        """Grouped-query attention: ``(B, T, d_in) -> (B, T, d_out)``.
 
-        With a ``cache``, ``x`` holds the tokens that follow the cached ones.
+        With a ``cache``, ``x`` holds the tokens that follow the cached ones:
+        their keys and values are appended to it, and each of them attends
+        to every cached position and to the tokens of ``x`` up to itself.
         """
         validate_input(x, self.d_in, self.context_length,
                        like=self.W_query.weight)
         # x's first position: 0, or how many positions the cache holds
         start = cache_start(cache, self, x.shape[1], self.context_length)
         end = start + x.shape[1]
-        queries = split_heads(self.W_query(x), self.num_heads)  # (B, h, T, d_h)
-        keys = split_heads(self.W_key(x), self.num_kv_groups)  # (B, g, T, d_h)
-        values = split_heads(self.W_value(x), self.num_kv_groups)  # (B, g, T, d_h)
+        h, g = self.num_heads, self.num_kv_groups
+        queries = split_heads(self.W_query(x), h)  # (B, h, T, d_h)
+        keys = split_heads(self.W_key(x), g)  # (B, g, T, d_h)
+        values = split_heads(self.W_value(x), g)  # (B, g, T, d_h)
         if cache is not None:  # the past, then x: (B, g, end, d_h) each
             keys, values = cache.append(keys, values)
         # Each key/value head serves the group_size query heads of its group,
         # g0 g0 g1 g1 ... (repeat_interleave; repeat would give g0 g1 g0 g1).
-        keys = keys.repeat_interleave(self.group_size, dim=1)  # (B, h, end, d_h)
-        values = values.repeat_interleave(self.group_size, dim=1)
+        r = self.group_size
+        keys = keys.repeat_interleave(r, dim=1)  # (B, h, end, d_h)
+        values = values.repeat_interleave(r, dim=1)  # (B, h, end, d_h)
         dtype = score_dtype(queries.dtype)  # float32 for float16 inputs
         queries = queries.to(dtype) * self.head_dim**-0.5
         scores = queries @ keys.to(dtype).transpose(2, 3)  # (B, h, T, end)

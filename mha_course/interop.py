@@ -339,11 +339,14 @@ def _fast_from_multihead(cls, mha: MultiHeadAttention) -> FastMultiHeadAttention
     return fast.train(mha.training)
 
 
-def _mean_per_group(t: torch.Tensor, num_kv_groups: int, head_dim: int) -> torch.Tensor:
+def _mean_per_group(
+    t: torch.Tensor, num_kv_groups: int, head_dim: int
+) -> torch.Tensor:
     """Average the heads of each group: ``(h * d_h, ...) -> (g * d_h, ...)``.
 
-    ``t`` is a key or value projection's weight ``(h * d_h, d_in)`` or bias ``(h * d_h,)``; group
-    ``g`` is made of the consecutive heads ``g*r`` to ``g*r + r - 1``.
+    ``t`` is a key or value projection's weight ``(h * d_h, d_in)`` or bias
+    ``(h * d_h,)``; group ``g`` is made of the consecutive heads ``g*r`` to
+    ``g*r + r - 1``.
     """
     rest = t.shape[1:]  # (d_in,) for a weight, () for a bias
     grouped = t.reshape(num_kv_groups, -1, head_dim, *rest)  # (g, r, d_h, ...)

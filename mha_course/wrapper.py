@@ -49,8 +49,9 @@ class MultiHeadAttentionWrapper(nn.Module):
             d_out_hint="In the wrapper d_out is the width of each head.",
             d_out_per_head=True,
         )
-        self.d_in, self.d_out = args.d_in, args.d_out
-        self.context_length, self.num_heads = args.context_length, args.num_heads
+        self.d_in, self.d_out = args.d_in, args.d_out  # d_out: one head's width
+        self.num_heads = args.num_heads
+        self.context_length = args.context_length
         # Each head is a complete CausalAttention with weights of its own:
         # nothing is shared.
         self.heads = nn.ModuleList(
