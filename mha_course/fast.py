@@ -51,6 +51,10 @@ class FastMultiHeadAttention(nn.Module):
     Shapes:
         input ``(batch, num_tokens, d_in)`` -> output ``(batch, num_tokens, d_out)``.
 
+    Conversions: ``FastMultiHeadAttention.from_multihead(mha)`` stacks a ``MultiHeadAttention``'s
+    weights into ``qkv``; ``MultiHeadAttention.from_fast(fast)`` cuts them back (both in
+    ``mha_course.interop``).
+
     Example:
         >>> fast = FastMultiHeadAttention(3, 4, context_length=6, dropout=0.0, num_heads=2)
         >>> fast(torch.rand(1, 6, 3)).shape

@@ -56,6 +56,9 @@ class GroupedQueryAttention(nn.Module):
         mask: boolean buffer ``(context_length, context_length)``, ``True`` where attention is
             forbidden.
 
+    Conversion: ``GroupedQueryAttention.from_multihead(mha, num_kv_groups)`` pools a trained
+    ``MultiHeadAttention``'s key and value heads (in ``mha_course.interop``).
+
     Example:
         >>> gqa = GroupedQueryAttention(8, 8, context_length=6, dropout=0.0, num_heads=4, num_kv_groups=2)
         >>> gqa(torch.rand(1, 6, 8)).shape

@@ -44,6 +44,10 @@ class MultiHeadAttention(nn.Module):
         mask: boolean buffer ``(context_length, context_length)``, ``True`` where attention is
             forbidden, shared by every head.
 
+    Conversions: ``MultiHeadAttention.from_wrapper(wrapper)`` and ``MultiHeadAttention.from_fast(fast)``
+    build one that computes what the other module does (they live with every other conversion in
+    ``mha_course.interop``).
+
     Example:
         >>> mha = MultiHeadAttention(3, 4, 6, dropout=0.0, num_heads=2)
         >>> mha(torch.rand(1, 6, 3)).shape
