@@ -294,18 +294,21 @@ def _multihead_from_fast(cls, fast: FastMultiHeadAttention) -> MultiHeadAttentio
     return mha.train(fast.training)
 
 
-def _not_a_multihead(mha, name: str) -> TypeError:
-    """The error for a conversion from ``MultiHeadAttention`` given something else, with the fitting hint."""
+def _not_a_multihead(mha, name: str, rest: str = "") -> TypeError:
+    """The error for a conversion from ``MultiHeadAttention`` given something else, with the fitting hint.
+
+    ``name`` is the conversion called and ``rest`` its further arguments, for the call the hint shows.
+    """
     got = type(mha).__name__
     if isinstance(mha, MultiHeadAttentionWrapper):
-        hint = f" Convert it first: {name}(MultiHeadAttention.from_wrapper(wrapper), ...)."
+        hint = f" Convert it first: {name}(MultiHeadAttention.from_wrapper(wrapper){rest})."
     elif isinstance(mha, FastMultiHeadAttention):
-        hint = f" Convert it first: {name}(MultiHeadAttention.from_fast(fast), ...)."
+        hint = f" Convert it first: {name}(MultiHeadAttention.from_fast(fast){rest})."
     elif isinstance(mha, GroupedQueryAttention):
         hint = (" It already shares key/value heads; build a new GroupedQueryAttention with the "
                 "num_kv_groups you want, or start from the MultiHeadAttention it was made from.")
     elif isinstance(mha, nn.MultiheadAttention):
-        hint = f" Convert it first: {name}(from_torch_multihead(torch_mha, context_length), ...)."
+        hint = f" Convert it first: {name}(from_torch_multihead(torch_mha, context_length){rest})."
     else:
         hint = ""
     return TypeError(f"mha must be a MultiHeadAttention, got {got}.{hint}")
@@ -376,7 +379,7 @@ def _grouped_from_multihead(cls, mha: MultiHeadAttention, num_kv_groups: int) ->
         torch.Size([4, 8])
     """
     if not isinstance(mha, MultiHeadAttention):
-        raise _not_a_multihead(mha, "GroupedQueryAttention.from_multihead")
+        raise _not_a_multihead(mha, "GroupedQueryAttention.from_multihead", ", num_kv_groups")
     weight = mha.W_query.weight
     gqa = cls(
         mha.d_in, mha.d_out, mha.context_length, mha.dropout.p, mha.num_heads, num_kv_groups,

@@ -140,9 +140,9 @@ def test_num_kv_groups_must_divide_num_heads():
 @pytest.mark.parametrize("source, hint", [
     ("gqa", r"got GroupedQueryAttention\. It already shares key/value heads; build a new GroupedQueryAttention"),
     ("wrapper", r"got MultiHeadAttentionWrapper\. Convert it first: GroupedQueryAttention\.from_multihead\("
-                r"MultiHeadAttention\.from_wrapper\(wrapper\), \.\.\.\)"),
+                r"MultiHeadAttention\.from_wrapper\(wrapper\), num_kv_groups\)"),
     ("fast", r"got FastMultiHeadAttention\. Convert it first: GroupedQueryAttention\.from_multihead\("
-             r"MultiHeadAttention\.from_fast\(fast\), \.\.\.\)"),
+             r"MultiHeadAttention\.from_fast\(fast\), num_kv_groups\)"),
 ])
 def test_from_multihead_refuses_another_module_with_the_hint_that_fits(source, hint):
     """A GroupedQueryAttention is not converted by from_wrapper or from_fast: the hint says what is."""
