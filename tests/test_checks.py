@@ -949,7 +949,9 @@ def test_the_stored_models_are_the_packages_seeded_training(num_heads):
     run = train(num_heads, seed=0)
     stored = trained_model(num_heads).state_dict()
     assert stored.keys() == run.model.state_dict().keys()
-    assert all(torch.allclose(stored[name], value, atol=1e-6) for name, value in run.model.state_dict().items())
+    # Trained on another processor, whose kernels round differently: after hundreds of steps the
+    # weights agree to about 1e-5, where another seed or setting moves them by whole units.
+    assert all(torch.allclose(stored[name], value, atol=1e-4) for name, value in run.model.state_dict().items())
 
 
 def test_what_the_solution_of_5_1_says_about_the_models():
