@@ -34,6 +34,7 @@ from .interop import from_torch_multihead, sdpa_forward, to_torch_multihead, tor
 from .kv_cache import KVCache
 from .masking import causal_mask, visibility
 from .multihead import MultiHeadAttention, transfer_weights
+from .transformers_interop import UnsupportedConfigError, from_gpt2_attention, from_llama_attention
 from .wrapper import MultiHeadAttentionWrapper
 
 if TYPE_CHECKING:
@@ -66,6 +67,9 @@ __all__ = [
     "to_torch_multihead",
     "from_torch_multihead",
     "torch_multihead_forward",
+    "from_gpt2_attention",
+    "from_llama_attention",
+    "UnsupportedConfigError",
     "check",
 ]
 
