@@ -123,18 +123,23 @@ def from_gpt2_attention(attention, context_length: int | None = None) -> MultiHe
                            f"scores by {attention.scaling:.6g}, the course's modules by "
                            f"1/sqrt(head_dim) = {attention.head_dim**-0.5:.6g}. Build the GPT-2 config "
                            "with scale_attn_weights=True and scale_attn_by_inverse_layer_idx=False.")
-    weight = attention.c_attn.weight  # (d, 3d): Conv1D computes x @ weight + bias
-    mha = MultiHeadAttention(
-        attention.embed_dim, attention.embed_dim,
-        config.n_positions if context_length is None else context_length,
-        attention.attn_dropout.p, attention.num_heads, qkv_bias=True,
-    ).to(device=weight.device, dtype=weight.dtype)
-    weights = unstack_qkv(weight.T)  # three (d, d) in nn.Linear's (out, in) order
+    weight = attention.c_attn.weight  # (d, 3d): Conv1D computes x @ W + b
+    d, h = attention.embed_dim, attention.num_heads
+    if context_length is None:
+        context_length = config.n_positions
+    mha = MultiHeadAttention(d, d, context_length, attention.attn_dropout.p,
+                             h, qkv_bias=True)
+    mha = mha.to(device=weight.device, dtype=weight.dtype)
+    # Query, key, value: the column thirds of c_attn, each (d, d), transposed
+    # to nn.Linear's (out, in); the biases in the same thirds.
+    weights = unstack_qkv(weight.T)  # three (d, d)
     biases = unstack_qkv(attention.c_attn.bias)  # three (d,)
-    for linear, w, b in zip((mha.W_query, mha.W_key, mha.W_value), weights, biases, strict=True):
+    ours = (mha.W_query, mha.W_key, mha.W_value)
+    for linear, w, b in zip(ours, weights, biases, strict=True):
         linear.weight.copy_(w)
         linear.bias.copy_(b)
-    mha.out_proj.weight.copy_(attention.c_proj.weight.T)  # (d, d), transposed as c_attn
+    # c_proj is a Conv1D too: transposed as well.
+    mha.out_proj.weight.copy_(attention.c_proj.weight.T)  # (d, d)
     mha.out_proj.bias.copy_(attention.c_proj.bias)
     return mha.train(attention.training)
 
@@ -189,18 +194,20 @@ def from_llama_attention(attention, context_length: int | None = None) -> Groupe
         raise _unsupported("scaling", attention.scaling, "the course's modules scale the scores by "
                            f"1/sqrt(head_dim) = {head_dim**-0.5:.6g}.")
     q_proj = attention.q_proj
+    if context_length is None:
+        context_length = config.max_position_embeddings
     gqa = GroupedQueryAttention(
-        hidden, hidden, config.max_position_embeddings if context_length is None else context_length,
-        attention.attention_dropout or 0.0, num_heads, config.num_key_value_heads,
+        hidden, hidden, context_length, attention.attention_dropout or 0.0,
+        num_heads, config.num_key_value_heads,
         qkv_bias=q_proj.bias is not None,
     ).to(device=q_proj.weight.device, dtype=q_proj.weight.dtype)
-    pairs = ((gqa.W_query, q_proj), (gqa.W_key, attention.k_proj), (gqa.W_value, attention.v_proj),
-             (gqa.out_proj, attention.o_proj))
+    pairs = ((gqa.W_query, q_proj), (gqa.W_key, attention.k_proj),
+             (gqa.W_value, attention.v_proj), (gqa.out_proj, attention.o_proj))
     for ours, theirs in pairs:
-        ours.weight.copy_(theirs.weight)  # both nn.Linear: (out, in), no transpose
+        ours.weight.copy_(theirs.weight)  # both nn.Linear (out, in): as is
         if theirs.bias is not None:
             ours.bias.copy_(theirs.bias)
-        elif ours.bias is not None:  # only the output projection: Llama's has no bias
+        elif ours.bias is not None:  # the course's out_proj; Llama's has none
             ours.bias.zero_()
     return gqa.train(attention.training)
 
