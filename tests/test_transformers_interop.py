@@ -37,15 +37,15 @@ def randomised(module, seed=0):
 
 
 def gpt2(width, heads, *, layer_idx=0, seed=0, dtype=torch.float64, **settings):
-    config = GPT2Config(n_embd=width, n_head=heads, n_positions=settings.pop("n_positions", 16), **settings)
-    config._attn_implementation = "eager"
+    config = GPT2Config(n_embd=width, n_head=heads, n_positions=settings.pop("n_positions", 16),
+                        attn_implementation="eager", **settings)
     return randomised(GPT2Attention(config, layer_idx=layer_idx), seed).to(dtype).eval()
 
 
 def llama(width, heads, kv_heads, *, seed=0, dtype=torch.float32, **settings):
     config = LlamaConfig(hidden_size=width, num_attention_heads=heads, num_key_value_heads=kv_heads,
-                         max_position_embeddings=settings.pop("max_position_embeddings", 16), **settings)
-    config._attn_implementation = "eager"
+                         max_position_embeddings=settings.pop("max_position_embeddings", 16),
+                         attn_implementation="eager", **settings)
     return randomised(LlamaAttention(config, layer_idx=0), seed).to(dtype).eval()
 
 

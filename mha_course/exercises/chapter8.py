@@ -46,8 +46,8 @@ def gpt2_layer(seed: int, case: str):
 
     heads, head_dim, num_tokens = mapping_cases(seed)[case]
     width = heads * head_dim
-    config = GPT2Config(n_embd=width, n_head=heads, n_positions=num_tokens, attn_pdrop=0.0, resid_pdrop=0.0)
-    config._attn_implementation = "eager"
+    config = GPT2Config(n_embd=width, n_head=heads, n_positions=num_tokens, attn_pdrop=0.0, resid_pdrop=0.0,
+                        attn_implementation="eager")
     with torch.random.fork_rng(devices=[]):
         attention = GPT2Attention(config, layer_idx=0)
     g = generator(seed, f"8.1 {case} weights")
