@@ -234,7 +234,8 @@ def test_the_first_layer_scaled_by_inverse_layer_index_is_plain_gpt2_and_convert
         assert torch.allclose(from_gpt2_attention(attention)(x), gpt2_output(attention, x), rtol=0, atol=1e-10)
 
 
-def test_import_mha_course_does_not_import_transformers():
-    code = "import sys, mha_course; print('transformers' in sys.modules)"
+def test_neither_the_package_nor_its_checks_import_transformers_until_a_conversion_runs():
+    code = ("import sys, mha_course; mha_course.check; print('transformers' in sys.modules); "
+            "mha_course.check('1.1', None); print('transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "False"
+    assert out.split() == ["False", "○", "1.1", "not", "implemented", "yet", "False"]
