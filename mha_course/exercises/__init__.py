@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import chapter1, chapter2, chapter3, chapter4, chapter5, chapter6
+from . import chapter8
 from .framework import (ERROR, FAILED, MISSING, NOT_IMPLEMENTED, PASSED, CheckResult, Exercise,
                         error_result, judge, probe)
 from .shortcuts import Shortcut
@@ -37,7 +38,7 @@ from .shortcuts import Shortcut
 EXERCISES: dict[str, Exercise] = {
     exercise.id: exercise
     for exercise in (*chapter1.EXERCISES, *chapter2.EXERCISES, *chapter3.EXERCISES, *chapter4.EXERCISES, *chapter5.EXERCISES,
-                     *chapter6.EXERCISES)
+                     *chapter6.EXERCISES, *chapter8.EXERCISES)
 }
 
 
