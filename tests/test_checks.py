@@ -22,6 +22,7 @@ from torch import nn
 from torch.func import functional_call
 
 import chapter6_answers
+import chapter7_answers
 import mha_course
 from mha_course import CausalAttention, MultiHeadAttention, MultiHeadAttentionWrapper, check
 from mha_course.exercises import EXERCISES, run_check
@@ -687,6 +688,8 @@ WRONG = {
 # Chapter 6's answers live in their own module (its checks draw fresh inputs on every run).
 CORRECT.update(chapter6_answers.CORRECT)
 WRONG.update(chapter6_answers.WRONG)
+CORRECT.update(chapter7_answers.CORRECT)
+WRONG.update(chapter7_answers.WRONG)
 
 CATALOGUE = [(exercise.id, mistake) for exercise in EXERCISES.values() for mistake in exercise.mistakes]
 
