@@ -58,34 +58,34 @@ def tiled_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
 
 
 def tiled_loop(queries, keys, values, block_size, causal):
-    """The loop of :func:`tiled_attention`, without the checks of its arguments."""
+    """The loop of :func:`tiled_attention`, its arguments already checked."""
     num_tokens, head_dim = queries.shape[-2:]
     queries = queries * head_dim**-0.5  # scale once, as MultiHeadAttention does
     positions = torch.arange(num_tokens, device=queries.device)
     outputs = []
     for q_start in range(0, num_tokens, block_size):  # one block of query rows
-        q = queries[:, :, q_start:q_start + block_size]  # (B, h, b, d_h)
-        rows = positions[q_start:q_start + block_size]  # (b,)
-        row_max = q.new_full((*q.shape[:-1], 1), float("-inf"))  # (B, h, b, 1)
-        row_sum = q.new_zeros(*q.shape[:-1], 1)  # (B, h, b, 1)
-        acc = q.new_zeros(*q.shape[:-1], values.shape[-1])  # (B, h, b, d_v)
-        # Causal: the keys after this block's last row are all masked; skip them.
+        q = queries[:, :, q_start:q_start + block_size]  # (B, h, T_b, d_h)
+        rows = positions[q_start:q_start + block_size]  # (T_b,)
+        row_max = q.new_full((*q.shape[:-1], 1), -torch.inf)  # (B, h, T_b, 1)
+        row_sum = q.new_zeros(*q.shape[:-1], 1)  # (B, h, T_b, 1)
+        acc = q.new_zeros(*q.shape[:-1], values.shape[-1])  # (B, h, T_b, d_v)
+        # Causal: the keys after this block's last row are all masked: skip.
         k_stop = q_start + q.shape[2] if causal else num_tokens
         for k_start in range(0, k_stop, block_size):  # one tile of scores
-            k = keys[:, :, k_start:k_start + block_size]  # (B, h, c, d_h)
-            v = values[:, :, k_start:k_start + block_size]  # (B, h, c, d_v)
-            scores = q @ k.transpose(2, 3)  # (B, h, b, c): one tile, never T x T
+            k = keys[:, :, k_start:k_start + block_size]  # (B, h, T_b, d_h)
+            v = values[:, :, k_start:k_start + block_size]  # (B, h, T_b, d_v)
+            scores = q @ k.transpose(2, 3)  # (B, h, T_b, T_b): one tile
             if causal and k_start + k.shape[2] - 1 > q_start:  # diagonal cuts
-                cols = positions[k_start:k_start + block_size]  # (c,)
-                future = cols[None, :] > rows[:, None]  # (b, c)
-                scores = scores.masked_fill(future, float("-inf"))
+                cols = positions[k_start:k_start + block_size]  # (T_b,)
+                future = cols[None, :] > rows[:, None]  # (T_b, T_b)
+                scores = scores.masked_fill(future, -torch.inf)
             new_max = torch.maximum(row_max, scores.amax(-1, keepdim=True))
-            weights = torch.exp(scores - new_max)  # (B, h, b, c), each <= 1
-            rescale = torch.exp(row_max - new_max)  # (B, h, b, 1), 0 at first
+            weights = torch.exp(scores - new_max)  # (B, h, T_b, T_b), each <= 1
+            rescale = torch.exp(row_max - new_max)  # (B, h, T_b, 1), 0 at first
             row_sum = row_sum * rescale + weights.sum(-1, keepdim=True)
-            acc = acc * rescale + weights @ v  # (B, h, b, d_v)
+            acc = acc * rescale + weights @ v  # (B, h, T_b, d_v)
             row_max = new_max
-        outputs.append(acc / row_sum)  # (B, h, b, d_v): softmax @ values
+        outputs.append(acc / row_sum)  # (B, h, T_b, d_v): softmax @ values
     return torch.cat(outputs, dim=2)  # (B, h, T, d_v)
 
 
