@@ -13,6 +13,8 @@ teaching order:
   generated tokens (chapter 6);
 * :func:`from_gpt2_attention` and :func:`from_llama_attention` - the course's modules built from
   transformers' GPT-2 and Llama attention layers, computing what those do (chapter 8).
+* :func:`tiled_attention` - attention one tile of scores at a time, with an online softmax, and
+  :class:`TiledMultiHeadAttention` built on it (chapter 7).
 
 ``check("1.1", answer)`` grades a learner's answer to an exercise (see :mod:`mha_course.exercises`).
 
@@ -37,6 +39,7 @@ from .kv_cache import KVCache
 from .masking import causal_mask, visibility
 from .multihead import MultiHeadAttention, transfer_weights
 from .transformers_interop import UnsupportedConfigError, from_gpt2_attention, from_llama_attention
+from .tiled import TiledMultiHeadAttention, tiled_attention
 from .wrapper import MultiHeadAttentionWrapper
 
 if TYPE_CHECKING:
@@ -73,6 +76,8 @@ __all__ = [
     "from_llama_attention",
     "UnsupportedConfigError",
     "check",
+    "tiled_attention",
+    "TiledMultiHeadAttention",
 ]
 
 

@@ -23,6 +23,7 @@ from torch.func import functional_call
 
 import chapter6_answers
 import chapter8_answers
+import chapter7_answers
 import mha_course
 from mha_course import CausalAttention, MultiHeadAttention, MultiHeadAttentionWrapper, check
 from mha_course.exercises import EXERCISES, run_check
@@ -690,6 +691,8 @@ CORRECT.update(chapter6_answers.CORRECT)
 WRONG.update(chapter6_answers.WRONG)
 CORRECT.update(chapter8_answers.CORRECT)
 WRONG.update(chapter8_answers.WRONG)
+CORRECT.update(chapter7_answers.CORRECT)
+WRONG.update(chapter7_answers.WRONG)
 
 CATALOGUE = [(exercise.id, mistake) for exercise in EXERCISES.values() for mistake in exercise.mistakes]
 

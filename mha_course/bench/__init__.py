@@ -21,6 +21,8 @@ The package, one concern per module:
 * :mod:`~mha_course.bench.decode` - ``bench --decode`` (chapter 6): the time to generate one token
   with and without a key/value cache, at several lengths, in the same results format;
   :mod:`~mha_course.bench.decode_results` reads its results back.
+* :mod:`~mha_course.bench.tiled` - ``bench --tiled`` (chapter 7): peak memory and time of attention
+  with the explicit scores, the tiled loop and the fused kernel, against the length.
 
 The implementations themselves, and how to add one, are in :mod:`mha_course.implementations`.
 Importing this package, and reading results, works on any operating system.
@@ -31,7 +33,7 @@ from .decode import decode_steps, run_decode_benchmark
 from .decode_results import DECODE_IMPLEMENTATIONS, DECODE_MODE, decode_rows, decode_summary, decode_table
 from .files import write_results
 from .machine import MachineState, matmul_ceiling, stability_warnings
-from .plots import plot_decode, plot_relative_times, plot_results
+from .plots import plot_decode, plot_relative_times, plot_results, plot_tiled
 from .results import (BASELINES, FORMAT_VERSION, add_ratios, compare_times, load_results, lookup, results_table,
                       select, summary)
 from .run import run_benchmark
@@ -39,6 +41,8 @@ from .settings import BenchSettings, DecodeSettings
 from .sizes import (ALL_CONFIGS, ALL_DECODE_CONFIGS, CONFIGS, DECODE_CONFIGS, QUICK_CONFIGS, QUICK_DECODE_CONFIGS,
                     BenchConfig)
 from .steps import MODE_LABELS, MODES, build_for, make_step
+from .tiled import (TILED_CONFIGS, TILED_IMPLEMENTATIONS, TiledSettings, run_tiled_benchmark, tiled_rows,
+                    tiled_summary, tiled_table)
 
 __all__ = [
     "IMPLEMENTATIONS", "Implementation", "build_implementations", "build_for", "make_step", "MODES", "MODE_LABELS",
@@ -47,5 +51,6 @@ __all__ = [
     "write_results", "load_results", "select", "lookup", "compare_times", "results_table", "summary",
     "plot_results", "plot_relative_times", "DecodeSettings", "DECODE_CONFIGS", "QUICK_DECODE_CONFIGS", "ALL_DECODE_CONFIGS",
     "DECODE_IMPLEMENTATIONS", "DECODE_MODE", "run_decode_benchmark", "decode_steps", "decode_rows", "decode_table",
-    "decode_summary", "plot_decode",
+    "decode_summary", "plot_decode", "TiledSettings", "TILED_CONFIGS", "TILED_IMPLEMENTATIONS", "run_tiled_benchmark",
+    "tiled_rows", "tiled_table", "tiled_summary", "plot_tiled",
 ]

@@ -56,6 +56,11 @@ DECODE_CSV_FIELDS = ["config", "implementation", "mode", "num_tokens", "median_s
                      "multiply_adds", "flops_per_s", "ceiling_fraction", "max_abs_diff", "cache_bytes"]
 
 
+#: The CSV columns of a tiled run (``bench --tiled``, ``meta.benchmark == "tiled"``).
+TILED_CSV_FIELDS = ["config", "implementation", "mode", "num_tokens", "median_s", "iqr_s", "runs", "vs_sdpa",
+                    "score_bytes", "peak_bytes", "multiply_adds", "flops_per_s", "ceiling_fraction", "max_abs_diff"]
+
+
 def results_stem(device: str, label: str | None = None, benchmark: str | None = None) -> str:
     """File name stem of a results file: ``bench-cpu``, ``bench-cuda-quick``, ``bench-decode-cpu``, ..."""
     return "bench-" + (f"{benchmark}-" if benchmark else "") + device + (f"-{label}" if label else "")
