@@ -16,7 +16,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "mha_course"
-LAYERS: dict[str, list[str]] = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mha_course"]["layers"]
+_CONTRACT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mha_course"]
+LAYERS: dict[str, list[str]] = _CONTRACT["layers"]
+# Within the tools: what each of the exercises' packages may import of the others.
+TOOL_LAYERS: dict[str, list[str]] = _CONTRACT["tool_layers"]
 LAYER_OF = {name: layer for layer, names in LAYERS.items() for name in names}
 MAY_IMPORT = {"core": {"core"}, "aids": {"core", "aids"}, "tools": {"core", "aids", "tools"}}
 
@@ -73,7 +76,23 @@ def violations(path: Path) -> list[str]:
             target_layer = "aids"  # importing the package's public names runs its __init__
         if target_layer not in MAY_IMPORT[layer]:
             bad.append(f"{path.relative_to(REPO)}:{line}: {source} ({layer}) imports {target} ({target_layer})")
+        elif layer == "tools" and not _tool_may_import(source, target):
+            bad.append(f"{path.relative_to(REPO)}:{line}: {source} ({_tool_of(source)}) imports {target} "
+                       f"({_tool_of(target)})")
     return bad
+
+
+def _tool_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _tool_may_import(source: str, target: str) -> bool:
+    """Between the packages listed in [tool.mha_course.tool_layers]: each imports itself and those it lists."""
+    mine, theirs = _tool_of(source), _tool_of(target)
+    if mine not in TOOL_LAYERS or theirs not in TOOL_LAYERS or mine == theirs:
+        return True
+    return theirs in TOOL_LAYERS[mine]
 
 
 MODULES = sorted(PACKAGE.rglob("*.py"))
@@ -110,6 +129,30 @@ def test_the_contract_catches_a_bad_import(tmp_path, monkeypatch):
         "mha_course/cost.py:2: mha_course.cost (aids) imports mha_course.bench.run (tools)"]
     assert violations(fake / "bench" / "run.py") == []  # a tool may import the core and the aids
     assert violations(fake / "__init__.py") == []  # the root loads tools lazily only
+
+
+def test_the_contract_keeps_the_checks_grading_and_the_edition_apart(tmp_path, monkeypatch):
+    """The checks import neither grading nor the edition; grading and the edition never import each other."""
+    fake = tmp_path / "mha_course"
+    for name in ("exercises/chapter1", "grading/grader", "edition/student", "notebook_files", "cli"):
+        (fake / f"{name}.py").parent.mkdir(parents=True, exist_ok=True)
+    (fake / "exercises" / "chapter1.py").write_text("from ..grading import grader\n", encoding="utf-8")
+    (fake / "grading" / "grader.py").write_text(
+        "from ..exercises import chapter1\nfrom ..notebook_files import x\nfrom ..edition import student\n",
+        encoding="utf-8")
+    (fake / "edition" / "student.py").write_text("from ..exercises import chapter1\n", encoding="utf-8")
+    (fake / "notebook_files.py").write_text("", encoding="utf-8")
+    (fake / "cli.py").write_text("def f():\n    from .grading import grader\n    from .edition import student\n",
+                                 encoding="utf-8")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    assert violations(fake / "exercises" / "chapter1.py") == [
+        "mha_course/exercises/chapter1.py:1: mha_course.exercises.chapter1 (exercises) imports "
+        "mha_course.grading.grader (grading)"]
+    assert violations(fake / "grading" / "grader.py") == [
+        "mha_course/grading/grader.py:3: mha_course.grading.grader (grading) imports mha_course.edition.student "
+        "(edition)"]
+    assert violations(fake / "edition" / "student.py") == []
+    assert violations(fake / "cli.py") == []  # the command line runs them all
 
 
 # --- No module reaches into another's private names --------------------------------------------------

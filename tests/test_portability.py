@@ -41,7 +41,8 @@ SCRIPT = textwrap.dedent('''
 
     import mha_course
     report = {"after_import": sorted(m for m, module in sys.modules.items() if module is not None and m.startswith(
-        ("mha_course.exercises", "mha_course.bench", "mha_course.experiments", "tqdm", "nbclient", "nbformat")))}
+        ("mha_course.exercises", "mha_course.grading", "mha_course.edition", "mha_course.notebook_files",
+         "mha_course.bench", "mha_course.experiments", "tqdm", "nbclient", "nbformat")))}
 
     from mha_course import bench
     from mha_course.experiments import specialisation
@@ -90,7 +91,8 @@ def test_import_loads_no_tool_beyond_what_torch_loads():
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     added = eval(done.stdout)  # a list of module names
-    assert not [m for m in added if m.startswith(("mha_course.exercises", "mha_course.bench", "mha_course.experiments",
+    assert not [m for m in added if m.startswith(("mha_course.exercises", "mha_course.grading", "mha_course.edition",
+                                                   "mha_course.notebook_files", "mha_course.bench", "mha_course.experiments",
                                                    "tqdm", "nbclient", "nbformat", "ipykernel"))], added
     # Only the core and the example data: the layers are read from pyproject.toml, as the layer test reads them.
     core = set(tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mha_course"]["layers"]["core"])

@@ -27,11 +27,11 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 from conftest import POSIX_GRADING
 from mha_course.__main__ import main
 from mha_course.exercises import EXERCISES
-from mha_course.exercises.grader import grade_notebook
-from mha_course.exercises.jupyter_markdown import BookIndex, book_index, read_bib, to_jupyter
-from mha_course.exercises.lab import JUPYTERLAB_PIN
-from mha_course.exercises.notebook_files import chapter_number
-from mha_course.exercises.student import (BEGIN, END, SolutionMarkerError, has_solution, is_solution_markdown,
+from mha_course.grading.grader import grade_notebook
+from mha_course.edition.jupyter_markdown import BookIndex, book_index, read_bib, to_jupyter
+from mha_course.edition.lab import JUPYTERLAB_PIN
+from mha_course.notebook_files import chapter_number
+from mha_course.edition.student import (BEGIN, END, SolutionMarkerError, has_solution, is_solution_markdown,
                                           student_notebook, student_source, write_student_edition)
 
 ROOT = Path(__file__).resolve().parents[1]

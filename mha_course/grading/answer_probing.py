@@ -36,9 +36,9 @@ import types
 
 import torch
 
-from . import EXERCISES
-from .definitions import definitions
-from .framework import MISSING, STATUS_KEY, probe
+from ..exercises import EXERCISES
+from ..exercises.definitions import definitions
+from ..exercises.framework import MISSING, STATUS_KEY, probe
 
 # Kept aside before any notebook code runs (step 1).
 _write = os.write

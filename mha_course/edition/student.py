@@ -13,7 +13,7 @@ The student edition keeps everything else and, for each solution:
   inside a gated solution that has no markers.
 
 The edition for Jupyter (the default) also turns the book's MyST Markdown into plain Markdown (see
-:mod:`mha_course.exercises.jupyter_markdown`): each exercise statement becomes a heading with its
+:mod:`mha_course.edition.jupyter_markdown`): each exercise statement becomes a heading with its
 number and title, roles become their text. The ``book`` edition keeps the MyST, so that
 ``jupyter-book`` builds the book without solutions from it. The Jupyter edition also copies the
 ``data/`` folder next to the chapters, which the chapters read, so the folder stands alone.
@@ -41,9 +41,9 @@ from pathlib import Path
 import nbformat
 
 from . import jupyter_markdown
-from .framework import STUB_MESSAGE
+from ..exercises.framework import STUB_MESSAGE
 from .jupyter_markdown import SOLUTION_DIRECTIVES, BookIndex, Fence
-from .notebook_files import DATA_FOLDER, data_files, default_notebooks, in_tool_folder
+from ..notebook_files import DATA_FOLDER, data_files, default_notebooks, in_tool_folder
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"

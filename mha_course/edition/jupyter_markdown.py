@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from .notebook_files import in_tool_folder
+from ..notebook_files import in_tool_folder
 
 # ``{name} argument`` in a fence's info string.
 _DIRECTIVE_INFO = re.compile(r"^\{([\w:.-]+)\}\s*(.*)$")
