@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -31,7 +32,7 @@ from mha_course.exercises.definitions import defined_names, definitions
 from mha_course.grading.grader import (GradingUnavailableError, NotebookReport, exercises_for, format_report,
                                          grade, grade_notebook)
 from mha_course.grading.answer_probing import _plain, to_record
-from mha_course.grading.package_files import PackageSnapshot
+from mha_course.grading.package_files import EditWatch, PackageSnapshot
 from mha_course.grading.report import score
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -200,12 +201,14 @@ def test_exit_is_blamed_on_the_cell_that_called_it(graded):
 def test_a_cell_that_never_ends_is_interrupted_and_the_notebook_goes_on(graded):
     notebook = graded.by_name["hangs.ipynb"]
     # 1.1 was defined before the endless cell; the answer to 1.2 never returns when called;
-    # 1.3 is defined after the endless cell, which was interrupted after 8 s.
+    # 1.3 is defined after the endless cell, which was interrupted after its limit.
     assert _statuses(notebook) == {"1.1": "passed", "1.2": "timed out", "1.3": "passed"}
-    assert notebook["events"] == ["timed out: cell 4 (`while True:  # a notebook that never ends`) was still running "
-                                  "after 8 s (the limit for one cell); it was interrupted"]
-    assert "causal_attention_forward was still running after 4 s" in _line(notebook, "1.2")
-    assert notebook["seconds"] < 120
+    assert notebook["events"] == [f"timed out: cell 4 (`while True:  # a notebook that never ends`) was still running "
+                                  f"after {CELL_LIMIT} s (the limit for one cell; raise it with --cell-timeout "
+                                  "SECONDS); it was interrupted"]
+    assert _line(notebook, "1.2") == (
+        f"✗ 1.2: timed out: causal_attention_forward was still running after {CHECK_LIMIT} s (the limit for "
+        "checking one answer; raise it with --check-timeout SECONDS)")
 
 
 @POSIX_GRADING
@@ -219,25 +222,66 @@ def test_a_chapter_5_notebook_is_graded_by_name_and_a_stale_verdict_is_reported(
 
 @POSIX_GRADING
 def test_a_notebook_that_edits_the_package_is_not_scored_and_the_next_notebook_is_unaffected(tmp_path):
-    # The grader runs from a copy of the package, in a process of its own, so the notebook's edit
-    # reaches that copy and never the repository's files.
-    installed = tmp_path / "installed"
-    shutil.copytree(ROOT / "mha_course", installed / "mha_course", ignore=shutil.ignore_patterns("__pycache__"))
-    before = {p: p.read_bytes() for p in sorted((installed / "mha_course").rglob("*.py"))}
+    # The kernel imports a private copy of the package, so the notebook's edit reaches that copy,
+    # never the installed files (here a copy standing in for the repository's).
+    env = package_copy(tmp_path / "installed")
+    before = sources(tmp_path / "installed" / "mha_course")
     out = tmp_path / "scores.json"
-    env = {**os.environ, "PYTHONPATH": str(installed)}
-    proc = subprocess.run([sys.executable, "-m", "mha_course", "grade", str(NOTEBOOKS / "edits_package.ipynb"),
-                           str(NOTEBOOKS / "untouched.ipynb"), "--json", str(out), "--jobs", "1"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
+    process = grade_command([str(NOTEBOOKS / "edits_package.ipynb"), str(NOTEBOOKS / "untouched.ipynb"), "--json",
+                             str(out), "--jobs", "1", "--timeout", "600"], tmp_path, env)
+    _, stderr = process.communicate(timeout=900)
+    assert process.returncode == 0, stderr
     edits, untouched = json.loads(out.read_text(encoding="utf-8"))["notebooks"]
     assert edits["score"] == 0 and set(_statuses(edits).values()) == {"not scored"}
-    assert edits["events"] == ["not scored: the notebook changed the package's files (exercises/kernel_side.py); "
-                               "the installed ones were written back"]
+    assert edits["events"] == ["not scored: the notebook changed the package's files (grading/answer_probing.py)"]
     assert _statuses(untouched) == {"1.1": "not implemented", "1.2": "not implemented", "1.3": "not implemented"}
     assert untouched["events"] == [] and untouched["score"] == 0
-    # The edited file was written back.
-    assert {p: p.read_bytes() for p in sorted((installed / "mha_course").rglob("*.py"))} == before
+    assert sources(tmp_path / "installed" / "mha_course") == before
+
+
+WAITS_FOR_AN_EDIT = [
+    "import os, pathlib, time\nsignals = pathlib.Path(os.environ['GRADING_SIGNALS'])\n"
+    "(signals / 'running').touch()\nwhile not (signals / 'saved').exists():\n    time.sleep(0.05)",
+    "def build_causal_mask(num_tokens, device=None):\n    import torch\n"
+    "    return torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=device).triu(1)",
+]
+
+
+@POSIX_GRADING
+def test_an_edit_and_a_new_module_saved_while_grading_runs_are_kept(tmp_path):
+    """A contributor saves a module and adds one while a notebook is graded: both are there afterwards,
+    and the notebook that ran meanwhile is reported and not scored (the grader cannot tell who changed them)."""
+    env = package_copy(tmp_path / "installed")
+    package = tmp_path / "installed" / "mha_course"
+    signals = tmp_path / "signals"
+    signals.mkdir()
+    notebook = tmp_path / "01_mine.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in WAITS_FOR_AN_EDIT]), notebook)
+    out = tmp_path / "scores.json"
+    process = grade_command([str(notebook), "--json", str(out), "--timeout", "600"], tmp_path,
+                            {**env, "GRADING_SIGNALS": str(signals)})
+    try:
+        waited = 0.0
+        while not (signals / "running").exists() and process.poll() is None and waited < 600:
+            time.sleep(0.1)
+            waited += 0.1
+        assert (signals / "running").exists(), process.communicate()[1]
+        edited = (package / "heads.py").read_text(encoding="utf-8") + "\n# A contributor's edit, saved while grading.\n"
+        (package / "heads.py").write_text(edited, encoding="utf-8")
+        (package / "new_module.py").write_text("NEW = True\n", encoding="utf-8")
+        (signals / "saved").touch()
+        _, stderr = process.communicate(timeout=900)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, stderr
+    assert (package / "heads.py").read_text(encoding="utf-8") == edited
+    assert (package / "new_module.py").read_text(encoding="utf-8") == "NEW = True\n"
+    [report] = json.loads(out.read_text(encoding="utf-8"))["notebooks"]
+    assert set(_statuses(report).values()) == {"not scored"}
+    [event] = report["events"]
+    assert event.startswith("not scored: the package's installed files changed while this notebook ran "
+                            "(heads.py, new_module.py). The grader never writes into them")
 
 
 def test_definitions_replay_imports_defs_and_plain_assignments_only():
@@ -263,7 +307,7 @@ def test_records_cross_the_process_boundary_unchanged():
     assert back["n"] == 3 and back["nested"] == [(1, "a")] and back["odd"]["kind"] == "object"
 
 
-def test_the_package_snapshot_finds_and_writes_back_edits(tmp_path):
+def test_the_package_snapshot_finds_edits_and_writes_nothing_back(tmp_path):
     package = tmp_path / "mha_course"
     (package / "exercises").mkdir(parents=True)
     (package / "__init__.py").write_text("X = 1\n", encoding="utf-8")
@@ -272,14 +316,20 @@ def test_the_package_snapshot_finds_and_writes_back_edits(tmp_path):
     (package / "exercises" / "checks.py").write_text("OK = False\n", encoding="utf-8")
     (package / "extra.py").write_text("", encoding="utf-8")
     (package / "__pycache__").mkdir()
-    (package / "__pycache__" / "checks.cpython-311.pyc").write_bytes(b"forged")  # not counted, but deleted
+    (package / "__pycache__" / "checks.cpython-311.pyc").write_bytes(b"compiled")  # any import writes these
     assert snapshot.changed() == ["exercises/checks.py", "extra.py"]
-    snapshot.restore()
-    assert snapshot.changed() == [] and (package / "exercises" / "checks.py").read_text(encoding="utf-8") == "OK = True\n"
-    assert not (package / "extra.py").exists() and not (package / "__pycache__" / "checks.cpython-311.pyc").exists()
+    watch = EditWatch(snapshot)
+    first, second = watch.start(), watch.start()
+    assert watch.finish(first) == ["exercises/checks.py", "extra.py"]
+    assert watch.finish(second) == ["exercises/checks.py", "extra.py"]  # it was running when they were found
+    later = watch.start()
+    assert watch.finish(later) == []  # reported once, to the notebooks running then
+    assert (package / "exercises" / "checks.py").read_text(encoding="utf-8") == "OK = False\n"
+    assert (package / "extra.py").exists() and (package / "__pycache__" / "checks.cpython-311.pyc").exists()
     copy = snapshot.write_copy(tmp_path / "copy")
+    assert (copy / "mha_course" / "exercises" / "checks.py").read_text(encoding="utf-8") == "OK = True\n"
     (copy / "mha_course" / "__init__.py").write_text("X = 2\n", encoding="utf-8")
-    assert snapshot.changed_in(copy) == ["__init__.py"] and snapshot.changed() == []
+    assert snapshot.changed_in(copy) == ["__init__.py"]
 
 
 def test_exercises_are_found_by_check_calls_and_chapter_file_names(tmp_path):

@@ -147,8 +147,10 @@ class _Grading:
 
     def _run_and_judge(self, answers: AnswerProcess) -> bool:
         report, exercise_ids, snapshot = self.report, self.exercise_ids, self.snapshot
-        inherited = os.environ.get("PYTHONPATH")
-        env = {**os.environ, "PYTHONPATH": str(self.package) + (os.pathsep + inherited if inherited else ""),
+        # The kernel finds the private copy first, and not the installed package's folder at all.
+        inherited = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                     if entry and not snapshot.is_installed_at(Path(entry))]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(self.package), *inherited]),
                "PYTHONDONTWRITEBYTECODE": "1"}
         started = False
         try:
@@ -166,12 +168,10 @@ class _Grading:
             not_checked(report, exercise_ids)
             return False
         copy = sorted({*snapshot.changed_in(self.package), *snapshot.changed_in(self.answer_folder / "package-1")})
-        if copy:
-            withhold(report, exercise_ids, f"the notebook changed the package's files ({listed(copy)})")
-            return True
         installed = self.watch.check(self.key)
-        if installed:
-            withhold(report, exercise_ids, installed_edit(installed))
+        if copy or installed:
+            why = [f"the notebook changed the package's files ({listed(copy)})"] if copy else []
+            withhold(report, exercise_ids, "; ".join(why + ([installed_edit(installed)] if installed else [])))
             return True
         if not exercise_ids:
             return False

@@ -70,6 +70,13 @@ class PackageSnapshot:
         now = _files(root) if root.is_dir() else {}
         return sorted(n for n in self.files.keys() | now.keys() if self.files.get(n) != now.get(n))
 
+    def is_installed_at(self, folder: Path) -> bool:
+        """Whether ``folder`` (a ``sys.path`` entry) is where the installed package lives."""
+        try:
+            return (folder / PACKAGE).resolve() == self.root.resolve()
+        except OSError:
+            return False
+
     def changed(self) -> list[str]:
         """The installed package's source files that differ from the snapshot (edited, added or
         removed). Only reads them."""
