@@ -1,6 +1,6 @@
 """The grader on small hostile notebooks (tests/notebooks/): one that raises, one that tampers
 (redefines check, monkeypatches the package and torch, deletes an answer, forges a record), one that
-patches torch.save to forge the grader's records, one that edits the package's files on disk, one
+patches torch.save when its answer is checked, one that edits the package's files on disk, one
 whose kernel dies, one that calls exit(), and one that never ends. The grader must survive each,
 say what happened and in which cell, score only what the answers themselves earn, and never write
 into the learner's files or the package's.
@@ -31,7 +31,7 @@ from mha_course.__main__ import main
 from mha_course.exercises.definitions import defined_names, definitions
 from mha_course.grading.grader import (GradingUnavailableError, NotebookReport, exercises_for, format_report,
                                          grade, grade_notebook)
-from mha_course.grading.answer_probing import _plain, to_record
+from mha_course.grading.answer_probing import from_message, to_message
 from mha_course.grading.package_files import EditWatch, PackageSnapshot
 from mha_course.grading.report import score
 
@@ -164,7 +164,7 @@ def test_tampering_cannot_fake_a_pass(graded):
 
 
 @POSIX_GRADING
-def test_patching_torch_save_forges_nothing(graded):
+def test_an_answer_that_patches_torch_while_it_is_checked_is_not_scored(graded):
     notebook = graded.by_name["patches_save.ipynb"]
     # Untouched stubs stay not implemented; the stub that patches torch.save when it is called is
     # caught doing it and not scored.
@@ -301,7 +301,7 @@ def test_records_cross_the_process_boundary_unchanged():
     record = {"mask": {"kind": "tensor", "value": torch.tensor([[True, False]]), "dtype": "bool"},
               "out": torch.randn(2, 0, 3), "scalar": torch.tensor(1.5, dtype=torch.float64), "n": 3, "nested": [(1, "a")],
               "odd": object()}
-    back = to_record(_plain(record))
+    back = from_message(to_message(record))
     assert torch.equal(back["mask"]["value"], record["mask"]["value"])
     assert back["out"].shape == (2, 0, 3) and back["scalar"].dtype == torch.float64 and back["scalar"].item() == 1.5
     assert back["n"] == 3 and back["nested"] == [(1, "a")] and back["odd"]["kind"] == "object"

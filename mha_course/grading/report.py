@@ -24,7 +24,7 @@ from ..exercises import EXERCISES
 from .answer_process import RECORD, TAMPERED, TIMED_OUT
 from .grading_setup import raise_it
 from ..exercises.framework import ERROR, FAIL_MARK, MISSING, PASS_MARK, PASSED, WAITING_MARK, judge
-from .answer_probing import to_record
+from .answer_probing import from_message
 from ..notebook_files import chapter_number
 from .notebook_run import NotebookRun, first_line, seconds
 
@@ -152,7 +152,7 @@ def verdict(exercise_id: str, result: tuple, run: NotebookRun, definers: dict[in
                                               f"checked, the notebook's code changed {changed}")
     if kind != RECORD:
         return score(exercise_id, ERROR, f"{FAIL_MARK} {exercise_id}: could not be checked: {result[1]}")
-    judged = judge(exercise, to_record(result[1]))
+    judged = judge(exercise, from_message(result[1]))
     if judged.status != PASSED and "is not defined" in judged.line:
         return score(exercise_id, judged.status, f"{judged.line} (The grader runs the answers with only the "
                      "notebook's imports, def and class statements and plain assignments: set what the answer uses "
