@@ -102,3 +102,15 @@ def test_the_check_sees_a_listing_that_leaves_out_code(tmp_path):
                                    SimpleNamespace(source_encoding="utf-8")).read()
     shown = text.splitlines()
     assert [line for line in _class_code_lines(module, "A") if line not in shown] == ["    def g(self):", "        return 2"]
+
+
+@pytest.mark.parametrize("docname, path, options", LISTINGS, ids=[f"{n}:{o.get('pyobject', p)}" for n, p, o in LISTINGS])
+def test_the_jupyter_edition_shows_every_listing_as_the_book_does(docname, path, options):
+    """The student edition's Markdown holds each listing exactly as the book shows it (the class line,
+    :prepend:, every selected line), read by the same Sphinx reader."""
+    from mha_course.edition.jupyter_markdown import BookIndex, to_jupyter
+
+    jupyter = to_jupyter(markdown_of(docname), BookIndex(), source_of(docname).parent)
+    book = _read(docname, path, options).rstrip()
+    assert f"```{options.get('language', 'python')}\n{book}\n```" in jupyter, (
+        f"{docname}: the Jupyter edition's listing of {options.get('pyobject', path)} differs from the book's")

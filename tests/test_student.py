@@ -176,7 +176,8 @@ def test_myst_becomes_plain_markdown_for_jupyter(tmp_path):
         "A head, a merged output, see Set-up, the Glossary, $x^2$, $y$.",
         "`{term}` in code stays.", "", "> **Warning**", ">", "> Mind the d_out.", "",
         "```python", "print('{term}`x`')", "```", "", "- item", "", "  > **Note**", "  >", "  > nested", "",
-        "```python", "def forward(self, x):", "    return x  # (B, T, d)", "```",
+        # As the book shows it (Sphinx's reader): a method keeps its indentation unless :dedent: is given.
+        "```python", "    def forward(self, x):", "        return x  # (B, T, d)", "```",
     ]
 
 
