@@ -50,7 +50,7 @@ from pathlib import Path
 
 import nbformat
 
-from ..progress_bar import ProgressBar
+from tqdm import tqdm
 from ..exercises import EXERCISES
 from .answer_process import TIMED_OUT, AnswerProcess, answer_records
 from ..exercises.definitions import defined_names
@@ -204,10 +204,10 @@ def grade(paths: list[Path], timeout: float = NOTEBOOK_TIMEOUT, check_timeout: f
     snapshot = PackageSnapshot()
     watch = EditWatch(snapshot)
     paths = [Path(p) for p in paths]
-    with ProgressBar(len(paths), "Grading", enabled=progress) as bar:
+    with tqdm(total=len(paths), desc="Grading", disable=not progress) as bar:
         def one(path: Path) -> NotebookReport:
             report = grade_notebook(path, timeout, check_timeout, cell_timeout, snapshot, watch)
-            bar.set_note(path.name)
+            bar.set_postfix_str(path.name)
             bar.update()
             return report
 
