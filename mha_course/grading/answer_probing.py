@@ -23,6 +23,11 @@ The grader sends the work on standard input (``marshal``): ``{"cells": [(number,
 "answers": [(exercise_id, answer_name), ...]}``; frames on the pipe are a 4-byte length and a
 ``marshal`` payload: ``("ready",)`` once everything is imported, ``("start", id)``, ``("record", id, data)``, ``("tampered", id, names)``,
 ``("replayed", errors)``.
+
+The frames are written with the functions kept aside in step 1 (``os.write``, ``marshal.dumps``),
+not with a ``multiprocessing`` connection: its sending path looks up Python attributes at every
+call (``Connection._send``, the module's ``struct.pack``) that the notebook's code, replayed here,
+could replace to slip a forged record in front of the real one.
 """
 
 from __future__ import annotations
