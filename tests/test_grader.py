@@ -38,7 +38,8 @@ from mha_course.grading.report import score
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = Path(__file__).parent / "notebooks"
 # hangs.ipynb first: it takes longest (a cell and an answer run into their limits), the others share the other worker.
-SHARED = ["hangs.ipynb", "raises.ipynb", "tampers.ipynb", "exits.ipynb", "patches_save.ipynb", "calls_exit.ipynb"]
+SHARED = ["hangs.ipynb", "raises.ipynb", "tampers.ipynb", "exits.ipynb", "patches_save.ipynb", "calls_exit.ipynb",
+          "edits_package.ipynb"]
 CHAPTER_5 = [
     "import copy\nimport torch\nfrom mha_course import check\nfrom mha_course.experiments.specialisation import accuracy",
     "def accuracy_drop(model, head, tokens, labels):\n    ablated = copy.deepcopy(model)\n"
@@ -117,10 +118,10 @@ def test_command_succeeds_with_table_json_and_progress_bar(graded):
     # The table printed is the one the JSON's reports make, then where the JSON went.
     reports = [NotebookReport.from_dict(n) for n in graded.scores["notebooks"]]
     assert out == format_report(reports) + f"\nScores written to {graded.out}\n"
-    assert "Total: 7/19 exercises passed in 7 notebook(s)" in out
-    assert "Grading" in graded.proc.stderr and "7/7" in graded.proc.stderr  # the progress line
+    assert "Total: 7/22 exercises passed in 8 notebook(s)" in out
+    assert "Grading" in graded.proc.stderr and "8/8" in graded.proc.stderr  # the progress line
     assert "Task exception" not in graded.proc.stderr  # nbclient's reader of an interrupted cell stays quiet
-    assert graded.scores["score"] == 7 and graded.scores["max_score"] == 19
+    assert graded.scores["score"] == 7 and graded.scores["max_score"] == 22
     assert [Path(n["notebook"]).name for n in graded.scores["notebooks"]] == [*SHARED, "05_why_several_heads.ipynb"]
 
 
@@ -220,22 +221,13 @@ def test_a_chapter_5_notebook_is_graded_by_name_and_a_stale_verdict_is_reported(
 
 
 @POSIX_GRADING
-def test_a_notebook_that_edits_the_package_is_not_scored_and_the_next_notebook_is_unaffected(tmp_path):
+def test_a_notebook_that_edits_the_package_is_not_scored_and_the_others_are_unaffected(graded):
     # The kernel imports a private copy of the package, so the notebook's edit reaches that copy,
-    # never the installed files (here a copy standing in for the repository's).
-    env = package_copy(tmp_path / "installed")
-    before = sources(tmp_path / "installed" / "mha_course")
-    out = tmp_path / "scores.json"
-    process = grade_command([str(NOTEBOOKS / "edits_package.ipynb"), str(NOTEBOOKS / "untouched.ipynb"), "--json",
-                             str(out), "--jobs", "1", "--timeout", "600"], tmp_path, env)
-    _, stderr = process.communicate(timeout=900)
-    assert process.returncode == 0, stderr
-    edits, untouched = json.loads(out.read_text(encoding="utf-8"))["notebooks"]
-    assert edits["score"] == 0 and set(_statuses(edits).values()) == {"not scored"}
-    assert edits["events"] == ["not scored: the notebook changed the package's files (grading/answer_probing.py)"]
-    assert _statuses(untouched) == {"1.1": "not implemented", "1.2": "not implemented", "1.3": "not implemented"}
-    assert untouched["events"] == [] and untouched["score"] == 0
-    assert sources(tmp_path / "installed" / "mha_course") == before
+    # never the installed files (test_learners_files_and_the_package_are_untouched) nor the
+    # notebooks graded beside it, whose verdicts the tests above check.
+    notebook = graded.by_name["edits_package.ipynb"]
+    assert notebook["score"] == 0 and set(_statuses(notebook).values()) == {"not scored"}
+    assert notebook["events"] == ["not scored: the notebook changed the package's files (grading/answer_probing.py)"]
 
 
 WAITS_FOR_AN_EDIT = [
