@@ -95,3 +95,27 @@ def test_import_loads_no_tool_beyond_what_torch_loads():
     # Only the core and the example data: the layers are read from pyproject.toml, as the layer test reads them.
     core = set(tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mha_course"]["layers"]["core"])
     assert {m.split(".")[1] for m in added if m.startswith("mha_course.")} <= core | {"data"}
+
+
+def test_the_command_line_and_the_exercise_registry_load_the_checks_only_when_used():
+    """Building the command line's parser imports no check, grader or notebook library; importing the
+    exercises package imports no chapter's checks until the registry is read."""
+    code = textwrap.dedent('''
+        import sys
+        def loaded(*prefixes):
+            return sorted(m for m in sys.modules if m.startswith(prefixes))
+        from mha_course.cli import build_parser
+        build_parser().parse_args(["grade", "x.ipynb"])
+        parser = loaded("mha_course.exercises", "mha_course.edition", "mha_course.grading.grader", "nbformat",
+                        "nbclient")
+        import mha_course.exercises as exercises
+        before = loaded("mha_course.exercises.chapter")
+        count = len(exercises.EXERCISES)
+        print([parser, before, loaded("mha_course.exercises.chapter"), count])
+    ''')
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    parser, before, after, count = eval(done.stdout.splitlines()[-1])
+    assert parser == [] and before == []
+    chapters = sorted(p.stem for p in (REPO / "mha_course" / "exercises").glob("chapter*.py"))
+    assert after == [f"mha_course.exercises.{name}" for name in chapters] and count >= len(chapters)
