@@ -5,8 +5,8 @@ For each notebook the grader
 1. runs a copy of it, in a temporary folder of its own (with a copy of the ``data/`` folder next to
    it), in a Jupyter kernel that imports a private copy of the package
    (:mod:`mha_course.grading.package_files`). Each cell has a time limit and the notebook has one
-   as a whole; a cell that raises or runs too long is reported and the run goes on, as "Run all"
-   would with errors allowed; a kernel that dies, or a cell that calls ``exit()``, ends the run and
+   as a whole; a cell that raises, or runs too long ("timed out", with the limit and the flag that
+   raises it), is reported and the run goes on, as "Run all" would with errors allowed; a kernel that dies, or a cell that calls ``exit()``, ends the run and
    is blamed on the cell that did it (:mod:`mha_course.grading.notebook_run`). The learner's file
    is never written to. What the notebook printed is kept, to compare with the verdicts;
 2. checks that the notebook did not change the package's files, neither its private copy nor the
