@@ -35,7 +35,7 @@ def train(num_heads: int, seed: int = 0, config: SpecialisationConfig | None = N
         num_heads: heads of the attention layer; must divide ``config.d_model``.
         seed: non-negative whole number.
         config: sizes and budget (default: the book's :class:`SpecialisationConfig`).
-        progress: show a progress line over the steps (on standard error).
+        progress: show a progress bar over the steps (tqdm, on standard error).
         num_threads: torch threads while training (1 keeps results identical on every machine).
 
     Example:
