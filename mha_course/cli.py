@@ -1,8 +1,8 @@
 """The course's command line, all of it: ``python -m mha_course COMMAND`` (or ``mha-course COMMAND``).
 
-Every command's arguments are defined here (the student edition's and the grader's come from
-:mod:`mha_course.exercises.cli_arguments`, which imports neither nbformat nor nbclient); each
-handler imports its tool only when that command runs, so ``--help`` stays quick.
+Every command's arguments are defined here; each handler imports its tool only when that command
+runs, so building the parser imports neither the exercises' checks nor nbformat nor nbclient, and
+``--help`` stays quick.
 
 * ``info`` - the package, torch and device in use;
 * ``bench`` - :mod:`mha_course.bench`, the timings of chapter 4 (and, with ``--decode``, of
@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+
+from .grading.grading_setup import CELL_TIMEOUT, CHECK_TIMEOUT, NOTEBOOK_TIMEOUT
 
 
 def _comma_list(text: str | None) -> list[str] | None:
@@ -184,46 +186,91 @@ def _add_specialise(commands) -> None:
 
 
 def _student(args: argparse.Namespace) -> int:
-    from .exercises import student
+    from .edition import student
 
     return student.main(args)
 
 
 def _grade(args: argparse.Namespace) -> int:
-    from .exercises import grader
+    from .grading import grader
 
     return grader.main(args)
 
 
 def _progress(args: argparse.Namespace) -> int:
-    from .exercises import progress
+    from .grading import progress
 
     return progress.main(args)
 
 
 def _lab(args: argparse.Namespace) -> int:
-    from .exercises import lab
+    from .edition import lab
 
     return lab.main(args)
 
 
-def _add_exercise_commands(commands) -> None:
-    from .exercises import cli_arguments  # cheap: argparse only
+def _add_student_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("notebooks", nargs="*", type=Path, metavar="NOTEBOOK",
+                        help="source notebooks (default: every notebook in book/)")
+    parser.add_argument("--out", type=Path, default=Path("student"),
+                        help="folder to write the student edition into (default: student/)")
+    parser.add_argument("--force", action="store_true", help="overwrite notebooks that already exist")
+    parser.add_argument("--book", action="store_true",
+                        help="also copy _config.yml, _toc.yml and book/ so that `jupyter-book build OUT` "
+                             "builds the HTML book without solutions")
 
+
+def _add_grade_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("notebooks", nargs="+", type=Path, metavar="NOTEBOOK",
+                        help="completed notebooks to grade (each runs on a copy; the file is not changed)")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the scores as JSON to FILE")
+    _add_limit_arguments(parser, jobs=1)
+
+
+def _add_limit_arguments(parser: argparse.ArgumentParser, jobs: int) -> None:
+    """The grader's time limits and parallelism (``grade`` and ``progress``)."""
+    parser.add_argument("--timeout", type=float, default=NOTEBOOK_TIMEOUT, metavar="SECONDS",
+                        help=f"how long each notebook may run before it is stopped (default: {NOTEBOOK_TIMEOUT:g})")
+    parser.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT, metavar="SECONDS",
+                        help=f"how long one cell may run before it is interrupted (default: {CELL_TIMEOUT:g})")
+    parser.add_argument("--check-timeout", type=float, default=CHECK_TIMEOUT, metavar="SECONDS",
+                        help=f"how long the answer to one exercise may run while being checked (default: "
+                             f"{CHECK_TIMEOUT:g})")
+    parser.add_argument("--jobs", type=int, default=jobs, metavar="N",
+                        help=f"notebooks graded at the same time (default: {jobs}); with more than one, an edit to "
+                             "the package's files withholds the score of every notebook running when it is found")
+
+
+def _add_progress_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("folder", nargs="?", type=Path, default=Path("student"),
+                        help="the folder with your chapter notebooks (default: student/)")
+    _add_limit_arguments(parser, jobs=2)
+
+
+def _add_lab_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, default=Path("student"),
+                        help="the folder of the student edition to open (default: student/)")
+    parser.add_argument("--no-browser", action="store_true", help="do not open a browser (print the address)")
+    parser.add_argument("--port", type=int, default=None, help="the port JupyterLab listens on")
+    parser.add_argument("jupyter_args", nargs=argparse.REMAINDER, metavar="-- ARGUMENTS",
+                        help="anything after -- is passed on to jupyter lab")
+
+
+def _add_exercise_commands(commands) -> None:
     student = commands.add_parser("student", help="write the student edition of the chapter notebooks "
                                   "(solutions replaced by stubs, outputs cleared)")
-    cli_arguments.add_student_arguments(student)
+    _add_student_arguments(student)
     student.set_defaults(handler=_student)
     grade = commands.add_parser("grade", help="execute completed notebooks and score their exercises")
-    cli_arguments.add_grade_arguments(grade)
+    _add_grade_arguments(grade)
     grade.set_defaults(handler=_grade)
     progress = commands.add_parser("progress", help="show which exercises of each chapter pass, fail or are not "
                                    "started (reuses the last grading of unchanged notebooks)")
-    cli_arguments.add_progress_arguments(progress)
+    _add_progress_arguments(progress)
     progress.set_defaults(handler=_progress)
     lab = commands.add_parser("lab", help="write the student edition into student/ where a notebook is missing "
                               "(never overwriting your work) and open JupyterLab on it")
-    cli_arguments.add_lab_arguments(lab)
+    _add_lab_arguments(lab)
     lab.set_defaults(handler=_lab)
 
 

@@ -131,3 +131,15 @@ def test_the_checks_see_a_listing_that_leaves_out_code_or_runs_long(tmp_path):
     (tmp_path / "b.py").write_text(long_class, encoding="utf-8")
     text, _ = LiteralIncludeReader(str(tmp_path / "b.py"), {"pyobject": "B"}, SimpleNamespace(source_encoding="utf-8")).read()
     assert len(text.splitlines()) > MAX_LISTING_LINES
+
+
+@pytest.mark.parametrize("docname, path, options", LISTINGS, ids=[f"{n}:{o.get('pyobject', p)}" for n, p, o in LISTINGS])
+def test_the_jupyter_edition_shows_every_listing_as_the_book_does(docname, path, options):
+    """The student edition's Markdown holds each listing exactly as the book shows it (the class line,
+    :prepend:, every selected line), read by the same Sphinx reader."""
+    from mha_course.edition.jupyter_markdown import BookIndex, to_jupyter
+
+    jupyter = to_jupyter(markdown_of(docname), BookIndex(), source_of(docname).parent)
+    book = _read(docname, path, options).rstrip()
+    assert f"```{options.get('language', 'python')}\n{book}\n```" in jupyter, (
+        f"{docname}: the Jupyter edition's listing of {options.get('pyobject', path)} differs from the book's")

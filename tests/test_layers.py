@@ -16,7 +16,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "mha_course"
-LAYERS: dict[str, list[str]] = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mha_course"]["layers"]
+_CONTRACT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mha_course"]
+LAYERS: dict[str, list[str]] = _CONTRACT["layers"]
+# Within the tools: what each of the exercises' packages may import of the others.
+TOOL_LAYERS: dict[str, list[str]] = _CONTRACT["tool_layers"]
 LAYER_OF = {name: layer for layer, names in LAYERS.items() for name in names}
 MAY_IMPORT = {"core": {"core"}, "aids": {"core", "aids"}, "tools": {"core", "aids", "tools"}}
 
@@ -73,7 +76,23 @@ def violations(path: Path) -> list[str]:
             target_layer = "aids"  # importing the package's public names runs its __init__
         if target_layer not in MAY_IMPORT[layer]:
             bad.append(f"{path.relative_to(REPO)}:{line}: {source} ({layer}) imports {target} ({target_layer})")
+        elif layer == "tools" and not _tool_may_import(source, target):
+            bad.append(f"{path.relative_to(REPO)}:{line}: {source} ({_tool_of(source)}) imports {target} "
+                       f"({_tool_of(target)})")
     return bad
+
+
+def _tool_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _tool_may_import(source: str, target: str) -> bool:
+    """Between the packages listed in [tool.mha_course.tool_layers]: each imports itself and those it lists."""
+    mine, theirs = _tool_of(source), _tool_of(target)
+    if mine not in TOOL_LAYERS or theirs not in TOOL_LAYERS or mine == theirs:
+        return True
+    return theirs in TOOL_LAYERS[mine]
 
 
 MODULES = sorted(PACKAGE.rglob("*.py"))
@@ -159,25 +178,9 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(cycles)
 
 
-#: The one circle left, inside the exercises' package: the registry of exercises
-#: (``exercises/__init__``) imports every chapter's checks, whose shortcuts read the registry back
-#: (``shortcuts.check_modules``). Delete it from here when that package is restructured; the test
-#: below fails as soon as it is gone, so the entry cannot outlive the circle.
-KNOWN_CIRCLES = [
-    ["mha_course.exercises", "mha_course.exercises.capstone", *(f"mha_course.exercises.chapter{n}" for n in range(1, 9)),
-     "mha_course.exercises.framework", "mha_course.exercises.shortcuts"],
-]
-
-
-def test_the_known_circles_still_exist():
-    cycles = import_cycles(import_graph(MODULES))
-    gone = [circle for circle in KNOWN_CIRCLES if circle not in cycles]
-    assert not gone, f"these circles are gone: delete them from KNOWN_CIRCLES in tests/test_layers.py: {gone}"
-
-
 def test_no_module_imports_one_that_imports_it_back():
     """Not even inside a function: a circle means two modules that can only be understood together."""
-    cycles = [cycle for cycle in import_cycles(import_graph(MODULES)) if cycle not in KNOWN_CIRCLES]
+    cycles = import_cycles(import_graph(MODULES))
     assert not cycles, ("modules that import each other, directly or through others (move what both need into "
                         "one module, or split reading from writing):\n" + "\n".join(" <-> ".join(c) for c in cycles))
 
@@ -208,6 +211,28 @@ def test_the_circle_check_catches_a_planted_circle(tmp_path, monkeypatch):
     (fake / "multihead.py").write_text("", encoding="utf-8")  # the conversion moved out
     (fake / "bench" / "results.py").write_text("", encoding="utf-8")  # writing files moved out
     assert import_cycles(import_graph(paths)) == []
+def test_the_contract_keeps_the_checks_grading_and_the_edition_apart(tmp_path, monkeypatch):
+    """The checks import neither grading nor the edition; grading and the edition never import each other."""
+    fake = tmp_path / "mha_course"
+    for name in ("exercises/chapter1", "grading/grader", "edition/student", "notebook_files", "cli"):
+        (fake / f"{name}.py").parent.mkdir(parents=True, exist_ok=True)
+    (fake / "exercises" / "chapter1.py").write_text("from ..grading import grader\n", encoding="utf-8")
+    (fake / "grading" / "grader.py").write_text(
+        "from ..exercises import chapter1\nfrom ..notebook_files import x\nfrom ..edition import student\n",
+        encoding="utf-8")
+    (fake / "edition" / "student.py").write_text("from ..exercises import chapter1\n", encoding="utf-8")
+    (fake / "notebook_files.py").write_text("", encoding="utf-8")
+    (fake / "cli.py").write_text("def f():\n    from .grading import grader\n    from .edition import student\n",
+                                 encoding="utf-8")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    assert violations(fake / "exercises" / "chapter1.py") == [
+        "mha_course/exercises/chapter1.py:1: mha_course.exercises.chapter1 (exercises) imports "
+        "mha_course.grading.grader (grading)"]
+    assert violations(fake / "grading" / "grader.py") == [
+        "mha_course/grading/grader.py:3: mha_course.grading.grader (grading) imports mha_course.edition.student "
+        "(edition)"]
+    assert violations(fake / "edition" / "student.py") == []
+    assert violations(fake / "cli.py") == []  # the command line runs them all
 
 
 # --- No module reaches into another's private names --------------------------------------------------

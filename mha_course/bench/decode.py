@@ -26,7 +26,7 @@ from ..cost import grouped_query_multiply_adds
 from ..data import random_batch
 from ..grouped_query import GroupedQueryAttention
 from ..kv_cache import KVCache
-from ..progress_bar import ProgressBar
+from tqdm import tqdm
 from ..timing import time_interleaved, time_once
 from .decode_results import DECODE_IMPLEMENTATIONS, DECODE_MODE
 from .run import observed_run, prepare_run
@@ -85,12 +85,12 @@ def run_decode_benchmark(settings: DecodeSettings) -> dict:
         ``kv_cache``, ``cache_bytes`` (the keys and values the layer's cache holds).
     """
     device = prepare_run(settings, DecodeSettings, "DecodeSettings.for_command(...)")
-    bar = ProgressBar(2 + len(settings.configs), "bench --decode", enabled=settings.progress)
+    bar = tqdm(total=2 + len(settings.configs), desc="bench --decode", disable=not settings.progress)
 
     def measure() -> list[dict]:
         rows = []
         for config in settings.configs:
-            bar.set_note(f"{config.name}: recompute and kv_cache")
+            bar.set_postfix_str(f"{config.name}: recompute and kv_cache")
             rows += _length(config, device, settings)
             bar.update()
         return rows

@@ -23,8 +23,8 @@ import sys
 from dataclasses import dataclass
 
 import torch
+from tqdm import tqdm
 
-from ..progress_bar import ProgressBar
 from ..tables import Table
 from ..timing import time_interleaved, time_once
 from .machine import cpu_memory_unsupported_reason
@@ -109,12 +109,12 @@ def run_tiled_benchmark(settings: TiledSettings) -> dict:
             from .memory import CpuMemoryProbe
 
             probe = CpuMemoryProbe()
-    bar = ProgressBar(2 + len(settings.configs), "bench --tiled", enabled=settings.progress)
+    bar = tqdm(total=2 + len(settings.configs), desc="bench --tiled", disable=not settings.progress)
 
     def measure() -> list[dict]:
         rows = []
         for config in settings.configs:
-            bar.set_note(f"{config.name}: scores, tiled and sdpa")
+            bar.set_postfix_str(f"{config.name}: scores, tiled and sdpa")
             rows += _length(config, device, settings, probe if memory else None)
             bar.update()
         return rows

@@ -34,6 +34,7 @@ from pathlib import PurePath
 from typing import Any, Iterable
 
 from .records import Failed, plain
+from .registry import exercises
 
 # Record keys.
 CALLS_KEY = "__shortcuts_called__"  # labels of the watched functions the answer called, in order
@@ -127,9 +128,7 @@ def package(*targets, why: str = "") -> tuple[Shortcut, ...]:
 
 def check_modules() -> list[str]:
     """The modules of the checks, those where the exercises' probes are written, in the book's order."""
-    from . import EXERCISES  # here, not at the top: the check modules import this one
-
-    return list(dict.fromkeys(exercise.probe.__module__ for exercise in EXERCISES.values()))
+    return list(dict.fromkeys(exercise.probe.__module__ for exercise in exercises().values()))
 
 
 def check_internals() -> tuple[Shortcut, ...]:
