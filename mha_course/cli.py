@@ -5,7 +5,8 @@ Every command's arguments are defined here (the student edition's and the grader
 handler imports its tool only when that command runs, so ``--help`` stays quick.
 
 * ``info`` - the package, torch and device in use;
-* ``bench`` - :mod:`mha_course.bench`, the timings of chapter 4 (and, with ``--decode``, of
+* ``bench`` - :mod:`mha_course.bench`, the timings of chapter 4 (with ``--heads-map``, the map of
+  batched against stacked heads of chapter 3; with ``--decode``, the time of
   generating one token with and without a key/value cache, chapter 6);
 * ``specialise`` - :mod:`mha_course.experiments.specialisation`, the experiment of chapter 5;
 * ``student``, ``grade``, ``progress`` and ``lab`` - the student edition, the grader, the learner's
@@ -46,8 +47,12 @@ def _bench(args: argparse.Namespace) -> int:
         get_device(args.device, name="--device")
     except (ValueError, RuntimeError) as error:
         return _fail("bench", str(error))
+    if args.decode and args.heads_map:
+        return _fail("bench", "--decode and --heads-map are two different benchmarks; run one at a time.")
     if args.decode:
         return _bench_decode(args)
+    if args.heads_map:
+        return _bench_heads_map(args)
     try:
         settings = BenchSettings.for_command(
             quick=args.quick, configs=_comma_list(args.configs), min_run_time=args.min_run_time,
@@ -92,6 +97,23 @@ def _bench_decode(args: argparse.Namespace) -> int:
     return _report_run(run_decode_benchmark(settings), decode_summary, settings.label, args)
 
 
+def _bench_heads_map(args: argparse.Namespace) -> int:
+    from .bench import HeadsMapSettings, heads_map_summary, run_heads_map
+
+    for option, value in (("--implementations", args.implementations), ("--modes", args.modes)):
+        if value:
+            return _fail("bench", f"{option} does not apply to --heads-map, which always times stacked and "
+                         "batched heads forward; leave it out.")
+    try:
+        settings = HeadsMapSettings.for_command(
+            quick=args.quick, configs=_comma_list(args.configs), min_run_time=args.min_run_time,
+            rounds=args.rounds, threads=args.threads, device=args.device, progress=not args.no_progress,
+            label=args.label)
+    except ValueError as error:
+        return _fail("bench", str(error))
+    return _report_run(run_heads_map(settings), heads_map_summary, settings.label, args)
+
+
 def _add_bench(commands) -> None:
     bench = commands.add_parser(
         "bench", help="time every implementation of causal multi-head attention (writes JSON, CSV, PNG)",
@@ -103,6 +125,10 @@ def _add_bench(commands) -> None:
     bench.add_argument("--decode", action="store_true",
                        help="time one generated token with and without a KV cache, at several lengths "
                        "(chapter 6; writes bench-decode-DEVICE.json, .csv, .png)")
+    bench.add_argument("--heads-map", action="store_true",
+                       help="time batched against stacked heads over sequence lengths x numbers of heads at one "
+                       "model width, with the processor's cache sizes (chapter 3; writes bench-heads-map-DEVICE.json, "
+                       ".csv, .png)")
     bench.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     bench.add_argument("--out", default="bench-results", help="folder for the results (default: bench-results)")
     bench.add_argument("--label", default=None, help="suffix of the file names, e.g. bench-cpu-LABEL.json")

@@ -57,6 +57,12 @@ DECODE_CSV_FIELDS = ["config", "implementation", "mode", "num_tokens", "median_s
                      "multiply_adds", "flops_per_s", "ceiling_fraction", "max_abs_diff", "cache_bytes"]
 
 
+#: The CSV columns of a heads map (``bench --heads-map``, ``meta.benchmark == "heads-map"``).
+HEADS_MAP_CSV_FIELDS = ["config", "implementation", "mode", "num_tokens", "num_heads", "head_dim", "median_s", "iqr_s",
+                        "runs", "vs_stacked", "verdict", "multiply_adds", "flops_per_s", "ceiling_fraction",
+                        "max_abs_diff", "score_bytes_one", "score_bytes_all"]
+
+
 def results_stem(device: str, label: str | None = None, benchmark: str | None = None) -> str:
     """File name stem of a results file: ``bench-cpu``, ``bench-cuda-quick``, ``bench-decode-cpu``, ..."""
     return "bench-" + (f"{benchmark}-" if benchmark else "") + device + (f"-{label}" if label else "")
@@ -66,7 +72,8 @@ def write_results(results: dict, out_dir, label: str | None = None, plot: bool =
     """Write ``results`` to ``out_dir`` as JSON, CSV and (with ``plot``) PNG; return the paths.
 
     A decoding run (``results["meta"]["benchmark"] == "decode"``) is written as
-    ``bench-decode-DEVICE[-LABEL]``, with its own CSV columns and figure.
+    ``bench-decode-DEVICE[-LABEL]``, and a heads map (``"heads-map"``) as
+    ``bench-heads-map-DEVICE[-LABEL]``, each with its own CSV columns and figure.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -75,15 +82,15 @@ def write_results(results: dict, out_dir, label: str | None = None, plot: bool =
     paths = [out_dir / f"{stem}.json", out_dir / f"{stem}.csv"]
     paths[0].write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     with paths[1].open("w", newline="", encoding="utf-8") as handle:
-        fields = DECODE_CSV_FIELDS if benchmark == "decode" else CSV_FIELDS
+        fields = {"decode": DECODE_CSV_FIELDS, "heads-map": HEADS_MAP_CSV_FIELDS}.get(benchmark, CSV_FIELDS)
         writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         for row in results["rows"]:
             writer.writerow(row)
     if plot:
-        from .plots import save_decode_plot, save_plot
+        from .plots import save_decode_plot, save_heads_map_plot, save_plot
 
-        save = save_decode_plot if benchmark == "decode" else save_plot
+        save = {"decode": save_decode_plot, "heads-map": save_heads_map_plot}.get(benchmark, save_plot)
         paths.append(save(results, out_dir / f"{stem}.png"))
     return paths
 
