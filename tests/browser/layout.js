@@ -127,6 +127,13 @@
       drawn_by: drawnBy(img),
       shown: px(rect.width), box_left: px(boxRect.left), box_right: px(boxRect.right),
       cut: describe(cutOffBy(img, rect)),
+      // The width the figure may take: its block's content box (a cell's output is a little narrower
+      // than the column).
+      room: (() => {
+        const holder = img.closest("div, figure, p") || article;
+        const box = getComputedStyle(holder);
+        return px(holder.clientWidth - parseFloat(box.paddingLeft) - parseFloat(box.paddingRight));
+      })(),
       natural: img.naturalWidth, drawn_for: px(parseFloat(img.style.width || img.getAttribute("width") || "0")),
       wider_than_box: box && box !== article ? px(rect.right - boxRect.right) > 1 || px(boxRect.left - rect.left) > 1 : false,
       left: px(rect.left), right: px(rect.right),

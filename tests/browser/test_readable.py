@@ -195,13 +195,18 @@ def test_figures_take_most_of_the_column_on_a_desktop(visit, docname):
 def test_figures_are_shown_at_their_drawn_size_and_sharp_on_a_desktop(visit, docname):
     """On a desktop a figure is shown at the size it was drawn for (so its text is as large as
     tests/test_figure_style.py measures it, 9 px at least), from a PNG with twice its pixels."""
+    layout = visit(docname).layout["desktop"]
     fail_if([
         f"{figure['where']} (y {figure['y']}): {figure['drawn_by'] or figure['src']!r} shown {figure['shown']} px wide"
         + (f", drawn for {figure['drawn_for']} px" if figure["drawn_for"] else ", with no size (draw it in the "
            "house style: mha_course.plots.house_style makes the notebook's figures sharp)")
         + f", from a {figure['natural']} px image"
-        for figure in visit(docname).layout["desktop"]["figures"]
-        if not figure["drawn_for"] or abs(figure["shown"] - figure["drawn_for"]) > 1
+        for figure in layout["figures"]
+        # A figure drawn a few pixels wider than the room its output gives it (a little less than the
+        # column) is shrunk to fit, by at most 3 %: its text stays above 9 px (tests/test_figure_style.py).
+        if not figure["drawn_for"] or figure["shown"] > figure["drawn_for"] + 1
+        or figure["shown"] < min(figure["drawn_for"], figure["room"]) - 1
+        or figure["shown"] < 0.97 * figure["drawn_for"]
         or figure["natural"] < 2 * figure["drawn_for"] - 2
     ], f"{docname}.html at desktop width: figures not shown at their size, or not sharp (twice their pixels):")
 
