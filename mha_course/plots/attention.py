@@ -108,9 +108,10 @@ def plot_attention(weights: torch.Tensor, labels: Sequence[str] | None = None,
 
     Each cell holds its weight as a number when the number fits the cell at a readable size (7 pt
     or more, with the figure at most the book's column wide); otherwise the panels get a colour bar
-    instead. The default colour map, ``Blues``, runs from white (a weight of 0, such as every masked
-    entry) to dark blue (1) with steadily falling lightness, so it reads the same in greyscale and
-    to colour-blind readers. A title too long for its panel is wrapped onto two lines.
+    instead. A weight above the diagonal that is exactly 0, the causal mask's, is left empty: no
+    number, a white cell. The default colour map, ``Blues``, runs from white (a weight of 0, such as
+    every masked entry) to dark blue (1) with steadily falling lightness, so it reads the same in
+    greyscale and to colour-blind readers. A title too long for its panel is wrapped onto two lines.
 
     Args:
         weights: ``(T, T)`` for one head, or ``(h, T, T)`` for several (one batch row;
@@ -162,6 +163,8 @@ def plot_attention(weights: torch.Tensor, labels: Sequence[str] | None = None,
         for i in range(n):
             for j in range(n):
                 value = float(head_weights[i, j])
+                if j > i and value == 0.0:
+                    continue  # the causal mask's: left empty
                 colour = "white" if value > 0.5 else "black"
                 ax.text(j, i, format(value, fmt), ha="center", va="center", color=colour, fontsize=size)
     return fig
