@@ -42,6 +42,13 @@ def test_plot_attention_leaves_the_masked_upper_triangle_empty():
     plt.close(fig)
 
 
+def test_plot_attention_without_numbers_draws_a_colour_bar():
+    fig = plot_attention(torch.softmax(torch.randn(4, 4), dim=-1), fmt=None)
+    assert len(fig.axes[0].texts) == 0 and len(fig.axes) == 2  # the panel and its colour bar
+    assert fig.axes[1].get_ylabel() == "attention weight"
+    plt.close(fig)
+
+
 def test_plot_attention_rejects_batch_dimension():
     with pytest.raises(ValueError, match=r"weights must have shape \(T, T\) or \(num_heads, T, T\), got \(1, 2, 4, 4\)"):
         plot_attention(torch.rand(1, 2, 4, 4))

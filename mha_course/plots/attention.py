@@ -118,7 +118,8 @@ def plot_attention(weights: torch.Tensor, labels: Sequence[str] | None = None,
             index the batch first, e.g. ``module.attention_weights(x)[0]``).
         labels: one label per token (default ``1 .. T``).
         titles: one title per head (default ``Head 1 .. Head h``).
-        fmt: the format of the numbers in the cells.
+        fmt: the format of the numbers in the cells; ``None`` draws no numbers, only the colours and
+            a colour bar (for a figure beside a table that already gives the numbers).
         cmap: a matplotlib colour map.
 
     Example:
@@ -154,8 +155,8 @@ def plot_attention(weights: torch.Tensor, labels: Sequence[str] | None = None,
         _square_axes(ax, n, labels, "key token (attended to)", "query token (attending)")
         ax.set_title(textwrap.fill(title, title_chars))
     fig.tight_layout()
-    texts = [format(float(v), fmt) for v in weights.flatten()]
-    size = _number_size(panels[0], n, texts)
+    texts = [format(float(v), fmt) for v in weights.flatten()] if fmt is not None else []
+    size = _number_size(panels[0], n, texts) if fmt is not None else None
     if size is None:  # numbers would be unreadable: show the scale instead
         fig.colorbar(image, ax=panels, shrink=0.8, label="attention weight")
         return fig
