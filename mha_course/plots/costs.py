@@ -70,7 +70,7 @@ def plot_cost_regimes(points):
         ax.plot([lo, hi], [1, hi / lo], "-", color=NEUTRAL, lw=7, alpha=0.25, zorder=0,  # a pale band
                 solid_capstyle="round", label="in proportion to heads")
         lines = []
-        for (regime, implementation), group in ordered:
+        for _, group in ordered:
             group = sorted(group, key=lambda p: p.num_heads)
             values = [p.time.median if field == "time" else getattr(p, field) for p in group]
             lines.append(([p.num_heads for p in group], [v / values[0] for v in values]))
