@@ -16,25 +16,30 @@ The package, one concern per module:
 * :mod:`~mha_course.bench.memory` - peak memory in a fresh child process (POSIX only; imported
   only by a run that measures it);
 * :mod:`~mha_course.bench.run` - the run itself;
-* :mod:`~mha_course.bench.results` and :mod:`~mha_course.bench.plots` - files, tables, figures;
+* :mod:`~mha_course.bench.results` and :mod:`~mha_course.bench.plots` - results read back, tables,
+  figures; :mod:`~mha_course.bench.files` - a run's files written (JSON, CSV, PNG);
 * :mod:`~mha_course.bench.decode` - ``bench --decode`` (chapter 6): the time to generate one token
   with and without a key/value cache, at several lengths, in the same results format;
+  :mod:`~mha_course.bench.decode_results` reads its results back;
 * :mod:`~mha_course.bench.heads_map` - ``bench --heads-map`` (chapter 3): batched over stacked heads
-  across sequence lengths x numbers of heads at one model width, with the processor's cache sizes.
+  across sequence lengths x numbers of heads at one model width, with the processor's cache sizes;
+  :mod:`~mha_course.bench.heads_map_results` reads its results back.
 
 The implementations themselves, and how to add one, are in :mod:`mha_course.implementations`.
 Importing this package, and reading results, works on any operating system.
 """
 
 from ..implementations import IMPLEMENTATIONS, Implementation, build_implementations
-from .decode import (DECODE_IMPLEMENTATIONS, DECODE_MODE, decode_rows, decode_steps, decode_summary, decode_table,
-                     run_decode_benchmark)
-from .heads_map import (HEADS_MAP, HEADS_MAP_IMPLEMENTATIONS, heads_map_cells, heads_map_summary, heads_map_table,
-                        run_heads_map)
+from .decode import decode_steps, run_decode_benchmark
+from .decode_results import DECODE_IMPLEMENTATIONS, DECODE_MODE, decode_rows, decode_summary, decode_table
+from .files import write_results
+from .heads_map import run_heads_map
+from .heads_map_results import (HEADS_MAP, HEADS_MAP_IMPLEMENTATIONS, heads_map_cells, heads_map_summary,
+                                heads_map_table)
 from .machine import MachineState, cache_sizes, matmul_ceiling, stability_warnings
 from .plots import plot_decode, plot_heads_map, plot_relative_times, plot_results
 from .results import (BASELINES, FORMAT_VERSION, add_ratios, compare_times, load_results, lookup, results_table,
-                      select, summary, write_results)
+                      select, summary)
 from .run import run_benchmark
 from .settings import BenchSettings, DecodeSettings, HeadsMapSettings
 from .sizes import (ALL_CONFIGS, ALL_DECODE_CONFIGS, ALL_HEADS_MAP_CONFIGS, CONFIGS, DECODE_CONFIGS, HEADS_MAP_CONFIGS,

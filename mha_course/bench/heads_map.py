@@ -16,7 +16,8 @@ scores at once, ``score_bytes_all`` against one head's ``score_bytes_one``; the 
 (:func:`~mha_course.bench.machine.cache_sizes`) are stored in ``meta.caches`` to set those sizes
 against. The results have the format of the main benchmark's, with ``meta.benchmark =
 "heads-map"``; they are written as ``bench-heads-map-DEVICE.json`` and ``.csv`` (and a PNG of
-:func:`~mha_course.bench.plots.plot_heads_map`).
+:func:`~mha_course.bench.plots.plot_heads_map`), and read back by
+:mod:`~mha_course.bench.heads_map_results`.
 """
 
 from __future__ import annotations
@@ -26,20 +27,14 @@ import torch
 from ..cost import class_d_out, multiply_adds
 from ..data import random_batch
 from ..progress_bar import ProgressBar
-from ..tables import Table, format_bytes
 from ..timing import time_interleaved, time_once
 from .machine import cache_sizes
-from .results import compare_times, run_header, select, threads_text
+from .heads_map_results import HEADS_MAP, HEADS_MAP_IMPLEMENTATIONS
+from .results import compare_times, select
 from .run import observed_run, prepare_run
 from .settings import HeadsMapSettings
 from .sizes import BenchConfig
 from .steps import build_for, make_step
-
-#: The benchmark's name in ``meta.benchmark`` and in its files' names.
-HEADS_MAP = "heads-map"
-
-#: The two implementations of the map, from :data:`mha_course.implementations.IMPLEMENTATIONS`.
-HEADS_MAP_IMPLEMENTATIONS = ("stacked", "batched")
 
 #: Bytes of one float32 number: the scores the forward pass holds.
 _FLOAT32_BYTES = 4
@@ -114,47 +109,3 @@ def _cell(config: BenchConfig, device: torch.device, settings: HeadsMapSettings)
                      "max_abs_diff": float((outputs[name] - outputs["batched"]).abs().max()),
                      "score_bytes_one": one_head, "score_bytes_all": h * one_head})
     return rows
-
-
-def heads_map_cells(results: dict) -> dict[tuple[int, int], dict]:
-    """``(num_tokens, num_heads)`` -> the batched row of that cell (with ``vs_stacked`` and ``verdict``).
-
-    Example:
-        >>> rows = [{"config": "c", "implementation": "batched", "mode": "forward", "num_tokens": 8,
-        ...          "num_heads": 2, "vs_stacked": 0.5, "verdict": "batched"}]
-        >>> heads_map_cells({"rows": rows})[(8, 2)]["vs_stacked"]
-        0.5
-    """
-    cells = {(row["num_tokens"], row["num_heads"]): row for row in select(results, mode="forward",
-                                                                          implementation="batched")
-             if "vs_stacked" in row}
-    if not cells:
-        raise ValueError("these results hold no heads-map cells (batched rows with vs_stacked). Write them with "
-                         "`python -m mha_course bench --heads-map`.")
-    return cells
-
-
-def heads_map_table(results: dict) -> Table:
-    """The map as a table: one row per sequence length, one column per number of heads, batched ÷ stacked.
-
-    A cell within the run's own spread reads ``tie``-marked (``≈``) before its ratio.
-    """
-    cells = heads_map_cells(results)
-    tokens = sorted({t for t, _ in cells})
-    heads = sorted({h for _, h in cells})
-    rows = [[t] + [(("≈" if cells[(t, h)]["verdict"] == "tie" else "") + f"{cells[(t, h)]['vs_stacked']:.2f}")
-                   if (t, h) in cells else None for h in heads] for t in tokens]
-    meta = results["meta"]
-    return Table(["tokens T"] + [f"{h} head{'s' if h > 1 else ''}" for h in heads], rows,
-                 title=f"batched ÷ stacked time, forward, on {meta['device_name']} ({threads_text(meta)})",
-                 notes=["above 1: the batched module is slower; ≈: a tie, within the run's own spread."],
-                 align={f"{h} head{'s' if h > 1 else ''}": "right" for h in heads})
-
-
-def heads_map_summary(results: dict) -> str:
-    """A plain-text summary of a heads-map run: the machine, its caches, then the map as a table."""
-    caches = results["meta"].get("caches", {}).get("caches", [])
-    text = ", ".join(f"{c['name']} {format_bytes(c['bytes'])}" + (f" shared by {c['shared_by']} cores"
-                                                                   if (c.get("shared_by") or 1) > 1 else "")
-                     for c in caches) or "not reported"
-    return f"{run_header(results['meta'])}\ncaches: {text}\n\n{heads_map_table(results)}"

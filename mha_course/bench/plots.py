@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
+from .decode_results import DECODE_IMPLEMENTATIONS, decode_rows
+from .heads_map_results import heads_map_cells
 from .results import lookup, select, threads_text
 from .steps import MODES
 
@@ -147,7 +149,6 @@ def plot_decode(results: dict):
     from matplotlib.ticker import FuncFormatter
 
     from ..plots import SEQUENTIAL_CMAP, book_figsize, house_style
-    from .decode import DECODE_IMPLEMENTATIONS, decode_rows
 
     pairs = decode_rows(results)
     tokens = [recompute["num_tokens"] for recompute, _ in pairs]
@@ -200,7 +201,6 @@ def plot_heads_map(results: dict):
     from matplotlib.ticker import FixedLocator, NullLocator
 
     from ..plots import SEQUENTIAL_CMAP, book_figsize, house_style
-    from .heads_map import heads_map_cells
 
     cells = heads_map_cells(results)
     tokens = sorted({t for t, _ in cells})

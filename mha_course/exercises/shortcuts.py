@@ -246,8 +246,11 @@ def called(record: dict, label: str) -> bool:
 
 def attention_modules(*, keep: tuple = ()) -> tuple[Shortcut, ...]:
     """The package's attention modules (all but those in ``keep``, the exercise's building blocks)."""
-    from .. import (CausalAttention, FastMultiHeadAttention, GroupedQueryAttention, MultiHeadAttention,
-                    MultiHeadAttentionWrapper)
+    from ..causal_attention import CausalAttention
+    from ..fast import FastMultiHeadAttention
+    from ..grouped_query import GroupedQueryAttention
+    from ..multihead import MultiHeadAttention
+    from ..wrapper import MultiHeadAttentionWrapper
     from ..interop import from_torch_multihead, sdpa_forward, to_torch_multihead, torch_multihead_forward
 
     modules = (CausalAttention, MultiHeadAttentionWrapper, MultiHeadAttention, FastMultiHeadAttention,
