@@ -22,7 +22,11 @@ import re
 import pytest
 
 from book_pages import CODE_COLUMN, DOCNAMES, PHONE, fail_if
-from mha_course.plots import BOOK_COLUMN_PX
+from mha_course.plots import BOOK_COLUMN_PX, FIGURE_DPI, MIN_TEXT_PX, SMALLEST_PT
+
+#: How far a figure may be shrunk below the size it was drawn for: its smallest text (SMALLEST_PT,
+#: 9.7 px as drawn) then stays at MIN_TEXT_PX at least.
+SMALLEST_TEXT_SHRINK = MIN_TEXT_PX / (SMALLEST_PT * FIGURE_DPI / 72)
 
 pytestmark = pytest.mark.browser
 
@@ -202,11 +206,11 @@ def test_figures_are_shown_at_their_drawn_size_and_sharp_on_a_desktop(visit, doc
            "house style: mha_course.plots.house_style makes the notebook's figures sharp)")
         + f", from a {figure['natural']} px image"
         for figure in layout["figures"]
-        # A figure drawn a few pixels wider than the room its output gives it (a little less than the
-        # column) is shrunk to fit, by at most 3 %: its text stays above 9 px (tests/test_figure_style.py).
+        # A figure drawn a little wider than the room its output gives it (a little less than the
+        # column) is shrunk to fit, but never so far that its smallest text falls under 9 px.
         if not figure["drawn_for"] or figure["shown"] > figure["drawn_for"] + 1
         or figure["shown"] < min(figure["drawn_for"], figure["room"]) - 1
-        or figure["shown"] < 0.97 * figure["drawn_for"]
+        or figure["shown"] < SMALLEST_TEXT_SHRINK * figure["drawn_for"]
         or figure["natural"] < 2 * figure["drawn_for"] - 2
     ], f"{docname}.html at desktop width: figures not shown at their size, or not sharp (twice their pixels):")
 
