@@ -6,8 +6,9 @@ handler imports its tool only when that command runs, so ``--help`` stays quick.
 
 * ``info`` - the package, torch and device in use;
 * ``bench`` - :mod:`mha_course.bench`, the timings of chapter 4 (with ``--heads-map``, the map of
-  batched against stacked heads of chapter 3; with ``--decode``, the time of
-  generating one token with and without a key/value cache, chapter 6);
+  batched against stacked heads of chapter 3; with ``--decode``, the time of generating one
+  token with and without a key/value cache, chapter 6; with ``--tiled``, attention with and
+  without the score matrix, chapter 7);
 * ``specialise`` - :mod:`mha_course.experiments.specialisation`, the experiment of chapter 5;
 * ``student``, ``grade``, ``progress`` and ``lab`` - the student edition, the grader, the learner's
   progress view, and JupyterLab opened on the student edition.
@@ -47,10 +48,17 @@ def _bench(args: argparse.Namespace) -> int:
         get_device(args.device, name="--device")
     except (ValueError, RuntimeError) as error:
         return _fail("bench", str(error))
-    if args.decode and args.heads_map:
-        return _fail("bench", "--decode and --heads-map are two different benchmarks; run one at a time.")
+    chosen = [option for option, on in (("--decode", args.decode), ("--heads-map", args.heads_map),
+                                        ("--tiled", args.tiled)) if on]
+    if len(chosen) > 1:
+        count = "two" if len(chosen) == 2 else "three"
+        return _fail("bench", f"{' and '.join(chosen)} are {count} different benchmarks: choose one.")
     if args.decode:
         return _bench_decode(args)
+    if args.tiled:
+        return _bench_tiled(args)
+    if args.block_size is not None:
+        return _fail("bench", "--block-size applies to --tiled only: add --tiled, or leave it out.")
     if args.heads_map:
         return _bench_heads_map(args)
     try:
@@ -114,6 +122,24 @@ def _bench_heads_map(args: argparse.Namespace) -> int:
     return _report_run(run_heads_map(settings), heads_map_summary, settings.label, args)
 
 
+def _bench_tiled(args: argparse.Namespace) -> int:
+    from .bench import TiledSettings, run_tiled_benchmark, tiled_summary
+
+    for option, value in (("--implementations", args.implementations), ("--modes", args.modes)):
+        if value:
+            return _fail("bench", f"{option} does not apply to --tiled, which always runs attention's middle three "
+                         "ways (scores, tiled, sdpa), forward; leave it out.")
+    options = {} if args.block_size is None else {"block_size": args.block_size}
+    try:
+        settings = TiledSettings.for_command(
+            quick=args.quick, configs=_comma_list(args.configs), min_run_time=args.min_run_time,
+            rounds=args.rounds, threads=args.threads, device=args.device, memory=not args.no_memory,
+            progress=not args.no_progress, label=args.label, **options)
+    except (ValueError, TypeError) as error:
+        return _fail("bench", str(error))
+    return _report_run(run_tiled_benchmark(settings), tiled_summary, settings.label, args)
+
+
 def _add_bench(commands) -> None:
     bench = commands.add_parser(
         "bench", help="time every implementation of causal multi-head attention (writes JSON, CSV, PNG)",
@@ -129,6 +155,11 @@ def _add_bench(commands) -> None:
                        help="time batched against stacked heads over sequence lengths x numbers of heads at one "
                        "model width, with the processor's cache sizes (chapter 3; writes bench-heads-map-DEVICE.json, "
                        ".csv, .png)")
+    bench.add_argument("--tiled", action="store_true",
+                       help="attention with the explicit scores, the tiled loop and the fused kernel, against the "
+                       "length (chapter 7; writes bench-tiled-DEVICE.json, .csv, .png)")
+    bench.add_argument("--block-size", type=int, default=None,
+                       help="with --tiled: queries and keys per tile of the tiled loop (default: 64; quick: 8)")
     bench.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     bench.add_argument("--out", default="bench-results", help="folder for the results (default: bench-results)")
     bench.add_argument("--label", default=None, help="suffix of the file names, e.g. bench-cpu-LABEL.json")

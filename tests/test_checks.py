@@ -22,6 +22,8 @@ from torch import nn
 from torch.func import functional_call
 
 import chapter6_answers
+import chapter8_answers
+import chapter7_answers
 import mha_course
 from mha_course import CausalAttention, MultiHeadAttention, MultiHeadAttentionWrapper, check
 from mha_course.exercises import EXERCISES, run_check
@@ -687,6 +689,10 @@ WRONG = {
 # Chapter 6's answers live in their own module (its checks draw fresh inputs on every run).
 CORRECT.update(chapter6_answers.CORRECT)
 WRONG.update(chapter6_answers.WRONG)
+CORRECT.update(chapter8_answers.CORRECT)
+WRONG.update(chapter8_answers.WRONG)
+CORRECT.update(chapter7_answers.CORRECT)
+WRONG.update(chapter7_answers.WRONG)
 
 CATALOGUE = [(exercise.id, mistake) for exercise in EXERCISES.values() for mistake in exercise.mistakes]
 
@@ -949,7 +955,9 @@ def test_the_stored_models_are_the_packages_seeded_training(num_heads):
     run = train(num_heads, seed=0)
     stored = trained_model(num_heads).state_dict()
     assert stored.keys() == run.model.state_dict().keys()
-    assert all(torch.allclose(stored[name], value, atol=1e-6) for name, value in run.model.state_dict().items())
+    # Trained on another processor, whose kernels round differently: after hundreds of steps the
+    # weights agree to about 1e-5, where another seed or setting moves them by whole units.
+    assert all(torch.allclose(stored[name], value, atol=1e-4) for name, value in run.model.state_dict().items())
 
 
 def test_what_the_solution_of_5_1_says_about_the_models():

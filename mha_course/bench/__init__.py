@@ -23,7 +23,9 @@ The package, one concern per module:
   :mod:`~mha_course.bench.decode_results` reads its results back;
 * :mod:`~mha_course.bench.heads_map` - ``bench --heads-map`` (chapter 3): batched over stacked heads
   across sequence lengths x numbers of heads at one model width, with the processor's cache sizes;
-  :mod:`~mha_course.bench.heads_map_results` reads its results back.
+  :mod:`~mha_course.bench.heads_map_results` reads its results back;
+* :mod:`~mha_course.bench.tiled` - ``bench --tiled`` (chapter 7): peak memory and time of attention
+  with the explicit scores, the tiled loop and the fused kernel, against the length.
 
 The implementations themselves, and how to add one, are in :mod:`mha_course.implementations`.
 Importing this package, and reading results, works on any operating system.
@@ -37,7 +39,7 @@ from .heads_map import run_heads_map
 from .heads_map_results import (HEADS_MAP, HEADS_MAP_IMPLEMENTATIONS, heads_map_cells, heads_map_summary,
                                 heads_map_table)
 from .machine import MachineState, cache_sizes, matmul_ceiling, stability_warnings
-from .plots import plot_decode, plot_heads_map, plot_relative_times, plot_results
+from .plots import plot_decode, plot_heads_map, plot_relative_times, plot_results, plot_tiled
 from .results import (BASELINES, FORMAT_VERSION, add_ratios, compare_times, load_results, lookup, results_table,
                       select, summary)
 from .run import run_benchmark
@@ -45,6 +47,8 @@ from .settings import BenchSettings, DecodeSettings, HeadsMapSettings
 from .sizes import (ALL_CONFIGS, ALL_DECODE_CONFIGS, ALL_HEADS_MAP_CONFIGS, CONFIGS, DECODE_CONFIGS, HEADS_MAP_CONFIGS,
                     QUICK_CONFIGS, QUICK_DECODE_CONFIGS, QUICK_HEADS_MAP_CONFIGS, BenchConfig)
 from .steps import MODE_LABELS, MODES, build_for, make_step
+from .tiled import (TILED_CONFIGS, TILED_IMPLEMENTATIONS, TiledSettings, run_tiled_benchmark, tiled_rows,
+                    tiled_summary, tiled_table)
 
 __all__ = [
     "IMPLEMENTATIONS", "Implementation", "build_implementations", "build_for", "make_step", "MODES", "MODE_LABELS",
@@ -56,4 +60,6 @@ __all__ = [
     "decode_summary", "plot_decode", "HeadsMapSettings", "HEADS_MAP_CONFIGS", "QUICK_HEADS_MAP_CONFIGS",
     "ALL_HEADS_MAP_CONFIGS", "HEADS_MAP", "HEADS_MAP_IMPLEMENTATIONS", "run_heads_map", "heads_map_cells",
     "heads_map_table", "heads_map_summary", "plot_heads_map", "cache_sizes",
+    "TiledSettings", "TILED_CONFIGS", "TILED_IMPLEMENTATIONS", "run_tiled_benchmark",
+    "tiled_rows", "tiled_table", "tiled_summary", "plot_tiled",
 ]

@@ -250,6 +250,51 @@ def plot_heads_map(results: dict):
         bar.ax.yaxis.set_minor_locator(NullLocator())
         bar.ax.set_yticklabels([f"{v:g}" for v in marks])
         bar.set_label("below 1: batched faster; above 1: slower")
+
+
+def plot_tiled(results: dict):
+    """Peak memory (left) and median time (right) against the length, for the explicit scores,
+    the tiled loop and the fused kernel of a tiled run (log-log).
+
+    Example:
+        >>> rows = [{"config": f"tiled-{t}", "implementation": n, "mode": "tiled", "num_tokens": t,
+        ...          "median_s": 1e-3 * f, "iqr_s": 0.0, "peak_bytes": int(2**20 * f * t)}
+        ...         for t in (256, 512) for n, f in (("scores", 4), ("tiled", 1), ("sdpa", 0.5))]
+        >>> fig = plot_tiled({"rows": rows})
+        >>> fig.axes[0].get_legend_handles_labels()[1]
+        ['explicit scores', 'tiled loop (Python)', 'fused kernel (SDPA)']
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    from ..plots import OKABE_ITO, book_figsize, house_style
+    from .tiled import tiled_rows
+    from .tiled_steps import TILED_IMPLEMENTATIONS
+
+    by_name = tiled_rows(results)
+    labels = {"scores": "explicit scores", "tiled": "tiled loop (Python)", "sdpa": "fused kernel (SDPA)"}
+    markers, dashes = {"scores": "o", "tiled": "s", "sdpa": "^"}, {"scores": "-", "tiled": "--", "sdpa": ":"}
+    with house_style():
+        fig, (memory, time) = plt.subplots(1, 2, figsize=book_figsize(1.0, aspect=0.46), layout="constrained")
+        for index, name in enumerate(TILED_IMPLEMENTATIONS):
+            rows = by_name[name]
+            tokens = [r["num_tokens"] for r in rows]
+            style = dict(color=OKABE_ITO[index], marker=markers[name], linestyle=dashes[name], lw=1.8,
+                         label=labels[name])
+            memory.plot(tokens, [max(r["peak_bytes"], 1) / 2**20 for r in rows], **style)
+            time.plot(tokens, [r["median_s"] * 1e3 for r in rows], **style)
+        for ax, ylabel in ((memory, "peak memory of one call (MiB)"), (time, "median time (ms)")):
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ticks = [r["num_tokens"] for r in by_name["sdpa"]]
+            ax.set_xticks(ticks, [str(t) for t in ticks])
+            ax.minorticks_off()
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+            ax.set_xlabel("tokens T")
+            ax.set_ylabel(ylabel)
+            ax.grid(True, which="major", alpha=0.3)
+        handles, names = memory.get_legend_handles_labels()
+        fig.legend(handles, names, loc="outside lower center", ncol=3, frameon=False)
     return fig
 
 
@@ -277,3 +322,8 @@ def save_decode_plot(results: dict, path) -> Path:
 def save_heads_map_plot(results: dict, path) -> Path:
     """Draw :func:`plot_heads_map`, save it as ``path`` (PNG) and close it; return the path."""
     return _save(plot_heads_map(results), path)
+
+
+def save_tiled_plot(results: dict, path) -> Path:
+    """Draw :func:`plot_tiled`, save it as ``path`` (PNG) and close it; return the path."""
+    return _save(plot_tiled(results), path)

@@ -61,6 +61,10 @@ HEADS_MAP_CSV_FIELDS = ["config", "implementation", "mode", "num_tokens", "num_h
                         "runs", "vs_stacked", "verdict", "multiply_adds", "flops_per_s", "ceiling_fraction",
                         "max_abs_diff", "score_bytes_one", "score_bytes_all"]
 
+#: The CSV columns of a tiled run (``bench --tiled``, ``meta.benchmark == "tiled"``).
+TILED_CSV_FIELDS = ["config", "implementation", "mode", "num_tokens", "median_s", "iqr_s", "runs", "vs_sdpa",
+                    "score_bytes", "peak_bytes", "multiply_adds", "flops_per_s", "ceiling_fraction", "max_abs_diff"]
+
 
 def results_stem(device: str, label: str | None = None, benchmark: str | None = None) -> str:
     """File name stem of a results file: ``bench-cpu``, ``bench-cuda-quick``, ``bench-decode-cpu``, ..."""

@@ -1,6 +1,6 @@
 """The course's exercises, and the checks that grade them.
 
-Every exercise has an id (``"1.1"`` ... ``"6.3"``: chapter, then number), a name the learner's
+Every exercise has an id (``"1.1"`` ... ``"8.1"``: chapter, then number), a name the learner's
 answer goes by in the chapter notebook, checks that test its behaviour against the package's
 reference on inputs drawn afresh for every run, and a catalogue of typical mistakes with the
 feedback meant for each. One call checks an answer and prints one line::
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import chapter1, chapter2, chapter3, chapter4, chapter5, chapter6
+from . import chapter1, chapter2, chapter3, chapter4, chapter5, chapter6, chapter7, chapter8
 from .framework import (ERROR, FAILED, MISSING, NOT_IMPLEMENTED, PASSED, CheckResult, Exercise,
                         error_result, judge, probe)
 from .shortcuts import Shortcut
@@ -37,7 +37,7 @@ from .shortcuts import Shortcut
 EXERCISES: dict[str, Exercise] = {
     exercise.id: exercise
     for exercise in (*chapter1.EXERCISES, *chapter2.EXERCISES, *chapter3.EXERCISES, *chapter4.EXERCISES, *chapter5.EXERCISES,
-                     *chapter6.EXERCISES)
+                     *chapter6.EXERCISES, *chapter7.EXERCISES, *chapter8.EXERCISES)
 }
 
 
