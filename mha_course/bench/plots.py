@@ -1,6 +1,7 @@
 """The benchmark's figures: bar charts of one metric per (mode, size), times relative to one
 implementation with a panel per size (chapter 4), the time per generated token with and
-without a key/value cache (chapter 6), and the map of batched over stacked time across sequence
+without a key/value cache (chapter 6), peak memory and time with and without the score matrix
+(chapter 7), and the map of batched over stacked time across sequence
 lengths and numbers of heads (chapter 3).
 
 Every figure is drawn in the book's house style (:func:`mha_course.plots.house_style`), at most the
@@ -250,6 +251,7 @@ def plot_heads_map(results: dict):
         bar.ax.yaxis.set_minor_locator(NullLocator())
         bar.ax.set_yticklabels([f"{v:g}" for v in marks])
         bar.set_label("below 1: batched faster; above 1: slower")
+    return fig
 
 
 def plot_tiled(results: dict):
