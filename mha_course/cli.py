@@ -5,9 +5,10 @@ runs, so building the parser imports neither the exercises' checks nor nbformat 
 ``--help`` stays quick.
 
 * ``info`` - the package, torch and device in use;
-* ``bench`` - :mod:`mha_course.bench`, the timings of chapter 4 (and, with ``--decode``, of
-  generating one token with and without a key/value cache, chapter 6; with ``--tiled``, of
-  attention with and without the score matrix, chapter 7);
+* ``bench`` - :mod:`mha_course.bench`, the timings of chapter 4 (with ``--heads-map``, the map of
+  batched against stacked heads of chapter 3; with ``--decode``, the time of generating one
+  token with and without a key/value cache, chapter 6; with ``--tiled``, attention with and
+  without the score matrix, chapter 7);
 * ``specialise`` - :mod:`mha_course.experiments.specialisation`, the experiment of chapter 5;
 * ``student``, ``grade``, ``progress`` and ``lab`` - the student edition, the grader, the learner's
   progress view, and JupyterLab opened on the student edition.
@@ -49,14 +50,19 @@ def _bench(args: argparse.Namespace) -> int:
         get_device(args.device, name="--device")
     except (ValueError, RuntimeError) as error:
         return _fail("bench", str(error))
-    if args.decode and args.tiled:
-        return _fail("bench", "--decode and --tiled are two different benchmarks: choose one.")
+    chosen = [option for option, on in (("--decode", args.decode), ("--heads-map", args.heads_map),
+                                        ("--tiled", args.tiled)) if on]
+    if len(chosen) > 1:
+        count = "two" if len(chosen) == 2 else "three"
+        return _fail("bench", f"{' and '.join(chosen)} are {count} different benchmarks: choose one.")
     if args.decode:
         return _bench_decode(args)
     if args.tiled:
         return _bench_tiled(args)
     if args.block_size is not None:
         return _fail("bench", "--block-size applies to --tiled only: add --tiled, or leave it out.")
+    if args.heads_map:
+        return _bench_heads_map(args)
     try:
         settings = BenchSettings.for_command(
             quick=args.quick, configs=_comma_list(args.configs), min_run_time=args.min_run_time,
@@ -101,6 +107,23 @@ def _bench_decode(args: argparse.Namespace) -> int:
     return _report_run(run_decode_benchmark(settings), decode_summary, settings.label, args)
 
 
+def _bench_heads_map(args: argparse.Namespace) -> int:
+    from .bench import HeadsMapSettings, heads_map_summary, run_heads_map
+
+    for option, value in (("--implementations", args.implementations), ("--modes", args.modes)):
+        if value:
+            return _fail("bench", f"{option} does not apply to --heads-map, which always times stacked and "
+                         "batched heads forward; leave it out.")
+    try:
+        settings = HeadsMapSettings.for_command(
+            quick=args.quick, configs=_comma_list(args.configs), min_run_time=args.min_run_time,
+            rounds=args.rounds, threads=args.threads, device=args.device, progress=not args.no_progress,
+            label=args.label)
+    except ValueError as error:
+        return _fail("bench", str(error))
+    return _report_run(run_heads_map(settings), heads_map_summary, settings.label, args)
+
+
 def _bench_tiled(args: argparse.Namespace) -> int:
     from .bench import TiledSettings, run_tiled_benchmark, tiled_summary
 
@@ -130,6 +153,10 @@ def _add_bench(commands) -> None:
     bench.add_argument("--decode", action="store_true",
                        help="time one generated token with and without a KV cache, at several lengths "
                        "(chapter 6; writes bench-decode-DEVICE.json, .csv, .png)")
+    bench.add_argument("--heads-map", action="store_true",
+                       help="time batched against stacked heads over sequence lengths x numbers of heads at one "
+                       "model width, with the processor's cache sizes (chapter 3; writes bench-heads-map-DEVICE.json, "
+                       ".csv, .png)")
     bench.add_argument("--tiled", action="store_true",
                        help="attention with the explicit scores, the tiled loop and the fused kernel, against the "
                        "length (chapter 7; writes bench-tiled-DEVICE.json, .csv, .png)")

@@ -146,6 +146,8 @@ BOOK_FIGURES = {
             _bench_results(), configs=["small-4", "small-16", "gpt2-small"]),
     "mha_course.bench.plots.plot_decode: stored decoding run":
         lambda: _module("mha_course.bench.plots").plot_decode(_bench_results("bench-decode-cpu.json")),
+    "mha_course.bench.plots.plot_heads_map: stored heads map":
+        lambda: _module("mha_course.bench.plots").plot_heads_map(_bench_results("bench-heads-map-cpu.json")),
     "mha_course.plots.plot_tiles: 10 tokens in tiles of 4":
         lambda: _plots().plot_tiles(10, block_size=4),
     "mha_course.bench.plots.plot_tiled: stored tiled run":

@@ -56,6 +56,11 @@ DECODE_CSV_FIELDS = ["config", "implementation", "mode", "num_tokens", "median_s
                      "multiply_adds", "flops_per_s", "ceiling_fraction", "max_abs_diff", "cache_bytes"]
 
 
+#: The CSV columns of a heads map (``bench --heads-map``, ``meta.benchmark == "heads-map"``).
+HEADS_MAP_CSV_FIELDS = ["config", "implementation", "mode", "num_tokens", "num_heads", "head_dim", "median_s", "iqr_s",
+                        "runs", "vs_stacked", "verdict", "multiply_adds", "flops_per_s", "ceiling_fraction",
+                        "max_abs_diff", "score_bytes_one", "score_bytes_all"]
+
 #: The CSV columns of a tiled run (``bench --tiled``, ``meta.benchmark == "tiled"``).
 TILED_CSV_FIELDS = ["config", "implementation", "mode", "num_tokens", "median_s", "iqr_s", "runs", "vs_sdpa",
                     "score_bytes", "peak_bytes", "multiply_adds", "flops_per_s", "ceiling_fraction", "max_abs_diff"]
