@@ -23,10 +23,10 @@ against. The results have the format of the main benchmark's, with ``meta.benchm
 from __future__ import annotations
 
 import torch
+from tqdm import tqdm
 
 from ..cost import class_d_out, multiply_adds
 from ..data import random_batch
-from ..progress_bar import ProgressBar
 from ..timing import time_interleaved, time_once
 from .machine import cache_sizes
 from .heads_map_results import HEADS_MAP, HEADS_MAP_IMPLEMENTATIONS
@@ -63,12 +63,12 @@ def run_heads_map(settings: HeadsMapSettings) -> dict:
         ('heads-map', 2, True)
     """
     device = prepare_run(settings, HeadsMapSettings, "HeadsMapSettings.for_command(...)")
-    bar = ProgressBar(2 + len(settings.configs), "bench --heads-map", enabled=settings.progress)
+    bar = tqdm(total=2 + len(settings.configs), desc="bench --heads-map", disable=not settings.progress)
 
     def measure() -> list[dict]:
         rows = []
         for config in settings.configs:
-            bar.set_note(f"{config.name}: stacked and batched")
+            bar.set_postfix_str(f"{config.name}: stacked and batched")
             rows += _cell(config, device, settings)
             bar.update()
         return rows
