@@ -67,6 +67,20 @@ def test_large_scores_stay_finite():
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-4)
 
 
+def test_float16_scores_that_overflow_stay_finite_and_return_float16():
+    # q.k of about 1e6: inf in float16, so the loop computes the scores in float32, as SDPA does.
+    q, k, v = (t.half() for t in qkv(1, 2, 9, 8, seed=7, scale=300.0))
+    got = tiled_attention(q, k, v, block_size=4)
+    expected = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+    assert got.dtype == torch.float16 and torch.isfinite(got).all()
+    torch.testing.assert_close(got.float(), expected, rtol=1e-2, atol=1.0)
+
+
+def test_no_tokens_give_an_empty_result():
+    q, k, v = qkv(2, 3, 0, 4)
+    assert tiled_attention(q, k, v, block_size=4).shape == (2, 3, 0, 4)
+
+
 def test_values_of_another_width():
     q, k, _ = qkv(2, 2, 9, 4, seed=6)
     v = torch.randn(2, 2, 9, 7)
