@@ -215,15 +215,3 @@ class TiledMultiHeadAttention(MultiHeadAttention):
             return captured_attention_weights(self, x)
         finally:
             self.tiled = tiled
-
-    @classmethod
-    def from_multihead(cls, mha: MultiHeadAttention, block_size: int = 64):
-        """A ``TiledMultiHeadAttention`` with ``mha``'s weights, device, dtype and training mode."""
-        if not isinstance(mha, MultiHeadAttention):
-            raise TypeError(f"mha must be a MultiHeadAttention, got {type(mha).__name__}.")
-        weight = mha.W_query.weight
-        tiled = cls(mha.d_in, mha.d_out, mha.context_length, mha.dropout.p, mha.num_heads,
-                    qkv_bias=mha.W_query.bias is not None, block_size=block_size)
-        tiled = tiled.to(device=weight.device, dtype=weight.dtype)
-        tiled.load_state_dict(mha.state_dict())
-        return tiled.train(mha.training)

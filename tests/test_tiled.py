@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mha_course import MultiHeadAttention, TiledMultiHeadAttention, tiled_attention
+from mha_course import FastMultiHeadAttention, MultiHeadAttention, TiledMultiHeadAttention, tiled_attention
 from mha_course.tiled import COMPUTED, CUT, SKIPPED, tile_kind, tiled_loop
 
 
@@ -187,4 +187,11 @@ def test_the_module_refuses_dropout_while_training():
         TiledMultiHeadAttention(4, 4, 6, 0.0, 2, block_size=0)
     with pytest.raises(TypeError, match="mha must be a MultiHeadAttention, got str"):
         TiledMultiHeadAttention.from_multihead("mha")
+    fast = FastMultiHeadAttention(4, 4, 6, 0.0, 2)
+    with pytest.raises(TypeError, match=r"got FastMultiHeadAttention\. Convert it first: TiledMultiHeadAttention"
+                                        r"\.from_multihead\(MultiHeadAttention\.from_fast\(fast\), block_size\)"):
+        TiledMultiHeadAttention.from_multihead(fast)
+    tiled = TiledMultiHeadAttention.from_multihead(MultiHeadAttention.from_fast(fast), block_size=3)
+    x = torch.rand(1, 5, 4)
+    torch.testing.assert_close(tiled(x), fast(x))
 
