@@ -195,3 +195,16 @@ def test_the_module_refuses_dropout_while_training():
     x = torch.rand(1, 5, 4)
     torch.testing.assert_close(tiled(x), fast(x))
 
+
+
+def test_the_modules_attention_weights_are_multihead_attentions():
+    """The loop never holds a row of weights whole: they come from the explicit computation, and the
+    module keeps running the loop afterwards."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(6, 8, 12, dropout=0.0, num_heads=2)
+    tiled = TiledMultiHeadAttention.from_multihead(mha, block_size=3)
+    x = torch.rand(2, 7, 6)
+    torch.testing.assert_close(tiled.attention_weights(x), mha.attention_weights(x))
+    assert tiled.tiled
+    tiled.tiled = False  # the explicit computation, for comparison
+    torch.testing.assert_close(tiled(x), mha(x))
