@@ -34,7 +34,8 @@ def tiled_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
 
     Equal, up to rounding, to ``torch.nn.functional.scaled_dot_product_attention(queries, keys,
     values, is_causal=causal)``, gradients included, for any sequence length (a multiple of
-    ``block_size`` or not); no tensor of shape ``(T, T)`` is ever built.
+    ``block_size`` or not); no tensor of shape ``(T, T)`` is ever built. Half-precision inputs are
+    computed in float32, as the fused kernel computes them, and the result is returned in their dtype.
 
     Args:
         queries: ``(batch, num_heads, num_tokens, head_dim)``.
