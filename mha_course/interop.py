@@ -8,8 +8,8 @@ both directions (:func:`to_torch_multihead`, :func:`from_torch_multihead`).
 The conversions between the course's own classes live here too, in both directions, and each
 class offers them as a classmethod (``MultiHeadAttention.from_wrapper``,
 ``MultiHeadAttention.from_fast``, ``FastMultiHeadAttention.from_multihead``,
-``GroupedQueryAttention.from_multihead``). The classmethods are attached at the end of this module
-rather than written in the classes, so that the module of each class imports no other attention
+``GroupedQueryAttention.from_multihead``, ``TiledMultiHeadAttention.from_multihead``). The
+classmethods are attached at the end of this module rather than written in the classes, so that the module of each class imports no other attention
 module that could import it back: the package's imports hold no circle (``tests/test_layers.py``),
 and the class the book shows is its constructor and ``forward``.
 """
@@ -26,6 +26,7 @@ from .grouped_query import GroupedQueryAttention
 from .heads import merge_heads, split_heads, stack_qkv, unstack_qkv
 from .masking import causal_mask
 from .multihead import MultiHeadAttention, transfer_weights
+from .tiled import TiledMultiHeadAttention
 from .wrapper import MultiHeadAttentionWrapper
 
 
@@ -395,6 +396,25 @@ def _grouped_from_multihead(cls, mha: MultiHeadAttention, num_kv_groups: int) ->
     return gqa.train(mha.training)
 
 
+@torch.no_grad()
+def _tiled_from_multihead(cls, mha: MultiHeadAttention, block_size: int = 64) -> TiledMultiHeadAttention:
+    """A ``TiledMultiHeadAttention`` with ``mha``'s weights, device, dtype and training mode.
+
+    The two share a ``state_dict``, so it is loaded as it is; ``block_size`` is the new module's.
+
+    Raises:
+        TypeError: if ``mha`` is not a ``MultiHeadAttention``; for a module that converts to one,
+            the message gives the call that does.
+    """
+    if not isinstance(mha, MultiHeadAttention):
+        raise _not_a_multihead(mha, "TiledMultiHeadAttention.from_multihead", ", block_size")
+    weight = mha.W_query.weight
+    tiled = cls(mha.d_in, mha.d_out, mha.context_length, mha.dropout.p, mha.num_heads,
+                qkv_bias=mha.W_query.bias is not None, block_size=block_size)
+    tiled = tiled.to(device=weight.device, dtype=weight.dtype)
+    tiled.load_state_dict(mha.state_dict())
+    return tiled.train(mha.training)
+
 def _attach(cls: type, name: str, conversion) -> None:
     """Offer ``conversion`` as the classmethod ``cls.name``, documented and named as one."""
     conversion.__name__, conversion.__qualname__ = name, f"{cls.__name__}.{name}"
@@ -405,3 +425,4 @@ _attach(MultiHeadAttention, "from_wrapper", _multihead_from_wrapper)
 _attach(MultiHeadAttention, "from_fast", _multihead_from_fast)
 _attach(FastMultiHeadAttention, "from_multihead", _fast_from_multihead)
 _attach(GroupedQueryAttention, "from_multihead", _grouped_from_multihead)
+_attach(TiledMultiHeadAttention, "from_multihead", _tiled_from_multihead)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from ._validation import validate_bool, validate_input, validate_positive_int
-from .heads import merge_heads, split_heads
+from .heads import captured_attention_weights, merge_heads, score_dtype, split_heads
 from .multihead import MultiHeadAttention
 
 
@@ -34,7 +34,8 @@ def tiled_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
 
     Equal, up to rounding, to ``torch.nn.functional.scaled_dot_product_attention(queries, keys,
     values, is_causal=causal)``, gradients included, for any sequence length (a multiple of
-    ``block_size`` or not); no tensor of shape ``(T, T)`` is ever built.
+    ``block_size`` or not); no tensor of shape ``(T, T)`` is ever built. Half-precision inputs are
+    computed in float32, as the fused kernel computes them, and the result is returned in their dtype.
 
     Args:
         queries: ``(batch, num_heads, num_tokens, head_dim)``.
@@ -54,13 +55,20 @@ def tiled_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
         (torch.Size([2, 4, 10, 8]), True)
     """
     block_size = validate_tiled_arguments(queries, keys, values, block_size, causal)
+    if queries.shape[2] == 0:  # no tokens: an empty result, as the other modules give
+        return values.clone()
     return tiled_loop(queries, keys, values, block_size, causal)
 
 
 def tiled_loop(queries, keys, values, block_size, causal):
     """The loop of :func:`tiled_attention`, its arguments already checked."""
     num_tokens, head_dim = queries.shape[-2:]
-    queries = queries * head_dim**-0.5  # scale once, as MultiHeadAttention does
+    out_dtype = values.dtype
+    # Half precision is computed in float32, where large scores cannot
+    # overflow to inf (as chapter 1's class does); other dtypes are kept.
+    dtype = score_dtype(queries.dtype)
+    keys, values = keys.to(dtype), values.to(dtype)
+    queries = queries.to(dtype) * head_dim**-0.5  # scale once, as in ch. 3
     positions = torch.arange(num_tokens, device=queries.device)
     outputs = []
     for q_start in range(0, num_tokens, block_size):  # one block of query rows
@@ -86,7 +94,7 @@ def tiled_loop(queries, keys, values, block_size, causal):
             acc = acc * rescale + weights @ v  # (B, h, T_b, d_v)
             row_max = new_max
         outputs.append(acc / row_sum)  # (B, h, T_b, d_v): softmax @ values
-    return torch.cat(outputs, dim=2)  # (B, h, T, d_v)
+    return torch.cat(outputs, dim=2).to(out_dtype)  # (B, h, T, d_v)
 
 
 #: What the causal loop does with a tile (see :func:`tile_kind`).
@@ -156,6 +164,8 @@ class TiledMultiHeadAttention(MultiHeadAttention):
     The same constructor, weights and ``state_dict`` as :class:`MultiHeadAttention`, plus
     ``block_size``; the projections, the merge of the heads and the output projection are its own.
     The loop applies no dropout, so a module with ``dropout > 0`` runs only in eval mode.
+    ``tiled = False`` runs :class:`MultiHeadAttention`'s explicit computation instead, and
+    ``attention_weights`` always does, since the loop never holds the weights whole.
 
     Example:
         >>> mha = MultiHeadAttention(3, 4, 6, dropout=0.0, num_heads=2)
@@ -165,6 +175,9 @@ class TiledMultiHeadAttention(MultiHeadAttention):
         True
     """
 
+    #: Run the tiled loop (True) or MultiHeadAttention's explicit computation (False).
+    tiled: bool = True
+
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, block_size=64):
         super().__init__(d_in, d_out, context_length, dropout, num_heads, qkv_bias=qkv_bias)
         self.block_size = validate_positive_int(
@@ -172,6 +185,8 @@ class TiledMultiHeadAttention(MultiHeadAttention):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, d_in) -> (B, T, d_out): the projections around the tiled loop."""
+        if not self.tiled:  # the explicit computation, for comparison
+            return super().forward(x)
         validate_input(x, self.d_in, self.context_length, like=self.W_query.weight)
         if self.training and self.dropout.p > 0:
             raise RuntimeError(
@@ -181,17 +196,23 @@ class TiledMultiHeadAttention(MultiHeadAttention):
         queries = split_heads(self.W_query(x), h)  # (B, h, T, d_h)
         keys = split_heads(self.W_key(x), h)  # (B, h, T, d_h)
         values = split_heads(self.W_value(x), h)  # (B, h, T, d_h)
-        context = tiled_loop(queries, keys, values, self.block_size, causal=True)  # (B, h, T, d_h)
+        context = tiled_attention(queries, keys, values, self.block_size)  # (B, h, T, d_h)
         return self.out_proj(merge_heads(context))  # (B, T, d_out)
 
-    @classmethod
-    def from_multihead(cls, mha: MultiHeadAttention, block_size: int = 64):
-        """A ``TiledMultiHeadAttention`` with ``mha``'s weights, device, dtype and training mode."""
-        if not isinstance(mha, MultiHeadAttention):
-            raise TypeError(f"mha must be a MultiHeadAttention, got {type(mha).__name__}.")
-        weight = mha.W_query.weight
-        tiled = cls(mha.d_in, mha.d_out, mha.context_length, mha.dropout.p, mha.num_heads,
-                    qkv_bias=mha.W_query.bias is not None, block_size=block_size)
-        tiled = tiled.to(device=weight.device, dtype=weight.dtype)
-        tiled.load_state_dict(mha.state_dict())
-        return tiled.train(mha.training)
+    @torch.no_grad()
+    def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
+        """Every head's attention weights, shape (B, h, T, T), as :class:`MultiHeadAttention` computes them.
+
+        The tiled loop never holds a row of weights whole, so they come from the explicit computation
+        of the same weights; meant for plots and checks at small sizes.
+
+        Example:
+            >>> tiled = TiledMultiHeadAttention(3, 4, 6, dropout=0.0, num_heads=2, block_size=2)
+            >>> tiled.attention_weights(torch.rand(1, 5, 3)).shape
+            torch.Size([1, 2, 5, 5])
+        """
+        tiled, self.tiled = self.tiled, False
+        try:
+            return captured_attention_weights(self, x)
+        finally:
+            self.tiled = tiled

@@ -13,6 +13,7 @@ from mha_course import (
     KVCache,
     MultiHeadAttention,
     MultiHeadAttentionWrapper,
+    TiledMultiHeadAttention,
 )
 from mha_course.bench.machine import cpu_memory_unsupported_reason
 from mha_course.grading.grading_setup import platform_problem
@@ -70,6 +71,9 @@ def build(kind: str, d_in: int = 3, head_dim: int = 2, num_heads: int = 2, conte
         fast = FastMultiHeadAttention(d_in, num_heads * head_dim, context_length, dropout, num_heads, qkv_bias)
         fast.use_sdpa = kind == "fast"  # "fast-explicit" takes the step-by-step path of the same module
         return fast
+    if kind == "tiled":  # MultiHeadAttention with the tiled loop of chapter 7 in the middle
+        return TiledMultiHeadAttention(d_in, num_heads * head_dim, context_length, dropout, num_heads, qkv_bias,
+                                       block_size=2)
     if kind in ("gqa", "gqa-cached"):
         groups = default_kv_groups(num_heads) if num_kv_groups is None else num_kv_groups
         gqa = GroupedQueryAttention(d_in, num_heads * head_dim, context_length, dropout, num_heads, groups, qkv_bias)
@@ -79,7 +83,7 @@ def build(kind: str, d_in: int = 3, head_dim: int = 2, num_heads: int = 2, conte
 
 KINDS = ["causal", "wrapper", "batched", "gqa"]
 # Every module that must be causal: the fast path (both of its code paths) and cached decoding included.
-CAUSAL_KINDS = KINDS + ["fast", "fast-explicit", "gqa-cached"]
+CAUSAL_KINDS = KINDS + ["fast", "fast-explicit", "gqa-cached", "tiled"]
 
 
 @pytest.fixture(autouse=True)

@@ -163,7 +163,7 @@ def test_runs_on_cuda(kind):
     torch.testing.assert_close(out.cpu(), module.cpu()(x), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("kind", KINDS + ["fast", "fast-explicit"])
+@pytest.mark.parametrize("kind", KINDS + ["fast", "fast-explicit", "tiled"])
 def test_empty_sequence_gives_an_empty_result(kind):
     module = build(kind, num_heads=2).eval()
     out = module(torch.rand(2, 0, 3))
@@ -174,7 +174,7 @@ def test_empty_sequence_gives_an_empty_result(kind):
 # Half precision: the scale comes before the product, so large scores stay finite
 
 
-@pytest.mark.parametrize("kind", KINDS + ["fast", "fast-explicit"])
+@pytest.mark.parametrize("kind", KINDS + ["fast", "fast-explicit", "tiled"])
 def test_float16_scores_that_overflow_unscaled_stay_finite(kind):
     """Here q.k reaches about 1e5 (float16 stops at 65504) while q.k / sqrt(d_h) stays near 1e4."""
     module = build(kind, d_in=64, head_dim=64, num_heads=1, context_length=4).eval()
@@ -189,7 +189,7 @@ def test_float16_scores_that_overflow_unscaled_stay_finite(kind):
     assert torch.isfinite(module.attention_weights(x)).all()
 
 
-@pytest.mark.parametrize("kind", KINDS + ["fast", "fast-explicit"])
+@pytest.mark.parametrize("kind", KINDS + ["fast", "fast-explicit", "tiled"])
 def test_float16_inputs_near_1e4_give_what_float32_gives_not_nan(kind):
     """Inputs of magnitude 1e4 make float16 dot products overflow even after scaling: every module
     computes the scores and softmax in float32 for half-precision inputs, as the fused kernel does."""

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mha_course import MultiHeadAttention, TiledMultiHeadAttention, tiled_attention
+from mha_course import FastMultiHeadAttention, MultiHeadAttention, TiledMultiHeadAttention, tiled_attention
 from mha_course.tiled import COMPUTED, CUT, SKIPPED, tile_kind, tiled_loop
 
 
@@ -65,6 +65,20 @@ def test_large_scores_stay_finite():
     got = tiled_attention(q, k, v, block_size=6)
     assert torch.isfinite(got).all()
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-4)
+
+
+def test_float16_scores_that_overflow_stay_finite_and_return_float16():
+    # q.k of about 1e6: inf in float16, so the loop computes the scores in float32, as SDPA does.
+    q, k, v = (t.half() for t in qkv(1, 2, 9, 8, seed=7, scale=300.0))
+    got = tiled_attention(q, k, v, block_size=4)
+    expected = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+    assert got.dtype == torch.float16 and torch.isfinite(got).all()
+    torch.testing.assert_close(got.float(), expected, rtol=1e-2, atol=1.0)
+
+
+def test_no_tokens_give_an_empty_result():
+    q, k, v = qkv(2, 3, 0, 4)
+    assert tiled_attention(q, k, v, block_size=4).shape == (2, 3, 0, 4)
 
 
 def test_values_of_another_width():
@@ -173,4 +187,24 @@ def test_the_module_refuses_dropout_while_training():
         TiledMultiHeadAttention(4, 4, 6, 0.0, 2, block_size=0)
     with pytest.raises(TypeError, match="mha must be a MultiHeadAttention, got str"):
         TiledMultiHeadAttention.from_multihead("mha")
+    fast = FastMultiHeadAttention(4, 4, 6, 0.0, 2)
+    with pytest.raises(TypeError, match=r"got FastMultiHeadAttention\. Convert it first: TiledMultiHeadAttention"
+                                        r"\.from_multihead\(MultiHeadAttention\.from_fast\(fast\), block_size\)"):
+        TiledMultiHeadAttention.from_multihead(fast)
+    tiled = TiledMultiHeadAttention.from_multihead(MultiHeadAttention.from_fast(fast), block_size=3)
+    x = torch.rand(1, 5, 4)
+    torch.testing.assert_close(tiled(x), fast(x))
 
+
+
+def test_the_modules_attention_weights_are_multihead_attentions():
+    """The loop never holds a row of weights whole: they come from the explicit computation, and the
+    module keeps running the loop afterwards."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(6, 8, 12, dropout=0.0, num_heads=2)
+    tiled = TiledMultiHeadAttention.from_multihead(mha, block_size=3)
+    x = torch.rand(2, 7, 6)
+    torch.testing.assert_close(tiled.attention_weights(x), mha.attention_weights(x))
+    assert tiled.tiled
+    tiled.tiled = False  # the explicit computation, for comparison
+    torch.testing.assert_close(tiled(x), mha(x))
