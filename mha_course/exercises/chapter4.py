@@ -20,7 +20,7 @@ from .probes import (agrees, batch, causality_check, device_check, draw, dropout
                      probe_on_devices)
 from .records import (Failed, Recorder, expect_close, format_shape, number, number_of, same, seed_of,
                       tensor_of)
-from .shortcuts import Shortcut, attention_modules, called, package, torch_attention
+from .shortcuts import Shortcut, attention_modules, called, package, sdpa_entry_points, torch_attention
 
 # ----------------------------------------------------------------------------------------------
 # 4.1 Where attention's work goes
@@ -317,7 +317,7 @@ FUSED = Exercise(
                 dropout_in_eval, (_DROP_EVAL,)),
     ),
     shortcuts=attention_modules() + (
-        Shortcut(SDPA, (F.scaled_dot_product_attention,), forbidden=False),
+        Shortcut(SDPA, sdpa_entry_points(), forbidden=False),
         *torch_attention("This calls torch's nn.MultiheadAttention: write the forward pass around the fused "
                          "call yourself.")[1:],
     ),

@@ -34,7 +34,8 @@ from typing import Any, Callable
 import torch
 
 from .records import NAME_KEY, PROBE_ERROR_KEY, STATUS_KEY, Failed, Recorder, error_summary
-from .shortcuts import CALLS_KEY, IS_KEY, CallWatch, Shortcut, answer_is, check_internals, own_code_check
+from .shortcuts import (CALLS_KEY, IS_KEY, TAMPERED_KEY, CallWatch, Shortcut, answer_is, check_internals,
+                        own_code_check)
 
 # The status of one checked exercise.
 PASSED = "passed"
@@ -207,6 +208,8 @@ def probe(exercise: Exercise, answer: Any, seed: int | None = None) -> dict:
         # the checks that need the missing entries will say so.
         recorder.record[PROBE_ERROR_KEY] = error_summary(error)
     recorder.note(CALLS_KEY, list(watch.seen))
+    if watch.tampered:
+        recorder.note(TAMPERED_KEY, list(watch.tampered))
     return recorder.record
 
 
