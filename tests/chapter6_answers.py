@@ -23,6 +23,14 @@ def _expand_by_new_axis(kv, num_heads):  # also correct: a new axis of size 1, s
         batch, num_heads, tokens, head_dim)
 
 
+def _expand_by_indexing(kv, num_heads):  # also correct: indexing by CPU indices works on a GPU too
+    return kv[:, torch.arange(num_heads) // (num_heads // kv.shape[1])]
+
+
+def _expand_by_index_select(kv, num_heads):  # also correct: the indices made on kv's device
+    return kv.index_select(1, torch.arange(num_heads, device=kv.device) // (num_heads // kv.shape[1]))
+
+
 # ----------------------------------------------------------------------------------------------
 # 6.2
 
@@ -114,7 +122,7 @@ def _size_by_the_package(num_layers, num_heads, num_kv_groups, head_dim, num_tok
 CORRECT = {"6.1": expand_kv_heads, "6.2": decode_step, "6.3": kv_cache_size}
 
 #: More correct answers, written differently.
-ALSO_CORRECT = {"6.1": [_expand_by_new_axis]}
+ALSO_CORRECT = {"6.1": [_expand_by_new_axis, _expand_by_indexing, _expand_by_index_select]}
 
 WRONG = {
     ("6.1", "repeat"): lambda kv, h: kv.repeat(1, h // kv.shape[1], 1, 1),
@@ -123,6 +131,8 @@ WRONG = {
     ("6.1", "token-axis"): lambda kv, h: torch.repeat_interleave(kv, h // kv.shape[1], dim=2),
     ("6.1", "feature-axis"): lambda kv, h: kv.repeat_interleave(h // kv.shape[1], dim=3),
     ("6.1", "expand-one-group"): lambda kv, h: kv.expand(-1, h, -1, -1),
+    # Passed on the meta device, which lets index_select take CPU indices; a GPU refuses them.
+    ("6.1", "index-on-cpu"): lambda kv, h: kv.index_select(1, torch.arange(h) // (h // kv.shape[1])),
     ("6.2", "keys-not-appended"): _step_with(return_past=True),
     ("6.2", "new-token-first"): _step_with(new_first=True),
     ("6.2", "new-token-not-attended"): _step_with(append_first=False),

@@ -332,6 +332,12 @@ def _width(per_head, heads=None, cls=MultiHeadAttentionWrapper):
     return build
 
 
+def _width_with_dropout(d_in, width, num_heads, context_length):
+    if width % num_heads:
+        raise ValueError(f"{num_heads} heads cannot share {width} columns evenly")
+    return MultiHeadAttentionWrapper(d_in, width // num_heads, context_length, 0.1, num_heads)
+
+
 def _width_without_error(d_in, width, num_heads, context_length):
     return MultiHeadAttentionWrapper(d_in, width // num_heads, context_length, 0.0, num_heads)
 
@@ -605,6 +611,7 @@ WRONG = {
     ("2.2", "d-out-times-heads"): _width(lambda width, heads: width * heads),
     ("2.2", "halved"): _width(lambda width, heads: width // 2),
     ("2.2", "indivisible-accepted"): _width_without_error,
+    ("2.2", "dropout-kept"): _width_with_dropout,
     ("2.3", "no-heads-factor"): lambda d_in, d_out, h, qkv_bias=False: 3 * (d_in + qkv_bias) * d_out,
     ("2.3", "one-projection"): lambda d_in, d_out, h, qkv_bias=False: h * (d_in + qkv_bias) * d_out,
     ("2.3", "output-projection"): lambda d_in, d_out, h, qkv_bias=False: (
@@ -737,6 +744,15 @@ def test_the_four_false_passes_of_the_old_checks_fail():
              ("2.1", "dropout-not-passed"): "dropout acts on every head's attention weights in training mode",
              ("2.1", "dropout-on-output"): "dropout acts on every head's attention weights in training mode",
              ("3.3", "plain-tensors"): "mha keeps its parameters, trainable"}
+    for (exercise_id, key), failed_check in cases.items():
+        result = run_check(exercise_id, WRONG[(exercise_id, key)])
+        assert (result.status, result.failed_check, result.mistake) == ("failed", failed_check, key), result.line
+
+
+def test_two_more_false_passes_fail_with_a_hint():
+    # Each passed check() and the grader: the wrapper built with dropout 0.1 where the exercise asks for
+    # none, and head indices made on the CPU, which the meta device let index_select take.
+    cases = {("2.2", "dropout-kept"): "no dropout", ("6.1", "index-on-cpu"): "output on the input's device"}
     for (exercise_id, key), failed_check in cases.items():
         result = run_check(exercise_id, WRONG[(exercise_id, key)])
         assert (result.status, result.failed_check, result.mistake) == ("failed", failed_check, key), result.line

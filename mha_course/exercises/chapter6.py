@@ -157,6 +157,11 @@ EXPAND = Exercise(
                 "each group a new axis of size 1 to stretch: kv[:, :, None].expand(B, g, r, T, d_h) "
                 "reshaped to (B, g * r, T, d_h).",
                 _expand_only_for_one_group),
+        Mistake("index-on-cpu",
+                "Your tensor of head indices was made on the CPU (torch.arange without a device), while kv "
+                "may be on a GPU, which refuses to index with it in index_select or gather. Make it where "
+                "kv is: torch.arange(num_heads, device=kv.device), or use kv.repeat_interleave.",
+                lambda record: bool(plain(record.get("on@meta:mixed"))), ("output on the input's device",)),
     ),
     shortcuts=(),  # the module repeats inline: the package has no function of its own to refuse
 )
