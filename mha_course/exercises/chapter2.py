@@ -16,7 +16,7 @@ from .framework import Check, Exercise, Mistake
 from .probes import (batch, causality_check, connected_check, device_check, draw, dropout_lost, eval_output,
                      future_changed, module_class_check, parameters_with_gradients, probe_backward, probe_dropout,
                      probe_module_class, probe_on_devices)
-from .records import (Failed, Recorder, describe, expect_close, expect_shape, int_of, plain, same, seed_of,
+from .records import (Failed, Recorder, describe, expect_close, expect_shape, int_of, number_text, plain, same, seed_of,
                       tensor_of, value_of)
 from .shortcuts import attention_modules, package
 
@@ -498,7 +498,7 @@ def _formula_case(case: str):
         got = int_of(record, case, _formula_call(args))
         expected = _truth(*args)
         if got != expected:
-            raise Failed(f"{expected:,} for {_formula_call(args)}", f"{got:,}")
+            raise Failed(f"{expected:,} for {_formula_call(args)}", number_text(record[case]))
     return run
 
 
@@ -509,7 +509,7 @@ def _formula_proportional(record):
     got = int_of(record, "case 0", _formula_call(args))
     if got != args[2] * one:
         raise Failed(f"{args[2]} x {one:,} = {args[2] * one:,} for {_formula_call(args)} (each head adds its own "
-                     "weights)", f"{got:,}")
+                     "weights)", number_text(record["case 0"]))
 
 
 def _formula_like(rule):

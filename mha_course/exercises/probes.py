@@ -156,12 +156,23 @@ def probe_on_devices(rec: Recorder, key: str, run: Callable[[torch.device], Any]
             rec.note(f"{key}@{device.type}:mixed", watch.mixed)
 
 
+#: Fragments of torch's errors for tensors on two devices.
+DEVICE_ERRORS = ("same device", "expected device", "Expected all tensors")
+NEW_TENSOR_HINT = ("Make every new tensor on the inputs' device: pass device=x.device to torch.arange, torch.zeros, "
+                   "torch.tensor..., or build it from the inputs.")
+
+
 def device_check(key: str, what: str, hint: str = "") -> Callable[[dict], None]:
     """The check of :func:`probe_on_devices`: each output lies on the device it was asked for."""
     def run(record: dict) -> None:
         for device in plain(value_of(record, f"{key}:devices")):
             asked = torch.device(device)
-            got = value_of(record, f"{key}@{asked.type}", f"{what} on {device_words(device)}")
+            try:
+                got = value_of(record, f"{key}@{asked.type}", f"{what} on {device_words(device)}")
+            except Failed as failure:
+                if raised(record, f"{key}@{asked.type}", *DEVICE_ERRORS):
+                    raise Failed(failure.expected, failure.got, hint or NEW_TENSOR_HINT) from None
+                raise
             if got.get("kind") != "tensor":
                 raise Failed("a torch.Tensor", describe(got))
             if torch.device(got["device"]).type != asked.type:
@@ -170,8 +181,7 @@ def device_check(key: str, what: str, hint: str = "") -> Callable[[dict], None]:
             if mixed:
                 raise Failed(f"every tensor it computes with on {device}, where the inputs are",
                              f"{mixed}: a GPU refuses that",
-                             hint or "Make every new tensor on the inputs' device: pass device=x.device to "
-                             "torch.arange, torch.zeros, torch.tensor..., or build it from the inputs.")
+                             hint or NEW_TENSOR_HINT)
     return run
 
 
