@@ -212,6 +212,35 @@ def test_a_notebook_that_edits_the_package_is_not_scored_and_the_next_notebook_i
     assert {p: p.read_bytes() for p in sorted((installed / "mha_course").rglob("*.py"))} == before
 
 
+WALKS_AROUND_THE_WATCH = [
+    "import sys\nimport threading\nimport torch\nfrom mha_course import causal_mask, check",
+    "def build_causal_mask(num_tokens, device=None):\n    sys.setprofile(None)  # the old watch was this hook\n"
+    "    return causal_mask(num_tokens, device)",
+    'check("1.1", build_causal_mask)',
+    "def causal_attention_forward(x, W_query, W_key, W_value):\n    out = []\n"
+    "    q, k, v = x @ W_query, x @ W_key, x @ W_value\n"
+    "    worker = threading.Thread(target=lambda: out.append(\n"
+    "        torch.ops.aten.scaled_dot_product_attention(q, k, v, is_causal=True)))\n"
+    "    worker.start()\n    worker.join()\n    return out[0]",
+    'check("1.2", causal_attention_forward)',
+]
+
+
+@POSIX_GRADING
+def test_the_grader_refuses_an_answer_that_switches_the_watch_off_or_walks_around_it(tmp_path):
+    notebook = tmp_path / "walks_around.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in WALKS_AROUND_THE_WATCH]),
+                   notebook)
+    out = tmp_path / "scores.json"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["grade", str(notebook), "--json", str(out), "--jobs", "1"]) == 0
+    [report] = json.loads(out.read_text(encoding="utf-8"))["notebooks"]
+    lines = {e["id"]: e["line"] for e in report["exercises"] if e["id"] != "1.3"}
+    assert _statuses(report) == {"1.1": "failed", "1.2": "failed", "1.3": "missing"}, report
+    assert lines["1.1"].startswith("✗ 1.1: written by you: ") and "sys.setprofile" in lines["1.1"], lines
+    assert lines["1.2"].startswith("✗ 1.2: written by you: ") and "scaled_dot_product_attention" in lines["1.2"], lines
+
+
 def test_definitions_replay_imports_defs_and_plain_assignments_only():
     code = "\n".join([
         "import torch", "from torch import nn as neural", "torch.save = print", "setattr(torch, 'load', print)",
