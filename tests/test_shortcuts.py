@@ -58,8 +58,10 @@ def _size_with(kv_cache_bytes):
 
 
 def test_an_identical_copy_has_equal_code(tmp_path, unload):
-    copied = _load_copy(tmp_path)
-    assert copied.kv_cache_bytes.__code__ == cost.kv_cache_bytes.__code__
+    from mha_course.exercises.shortcuts import _ORIGINALS
+
+    copied = _load_copy(tmp_path)  # (the package's function reports its runs: its code was made from the file's)
+    assert copied.kv_cache_bytes.__code__ == _ORIGINALS[cost.kv_cache_bytes.__code__]
     assert "got a call to mha_course's own kv_cache_bytes." in run_check("6.3", _size_with(copied.kv_cache_bytes)).line
 
 
@@ -264,3 +266,55 @@ def test_the_profile_function_holds_nothing_an_answer_could_change():
     watch = seen[0]
     assert isinstance(watch, types.MethodType) and watch.__func__ is sys.audit and isinstance(watch.__self__, str)
     assert sys.getprofile() is not watch  # put back once the check is over
+
+
+_POOL = []
+
+
+def _mask_from_a_pool_made_before_the_check(num_tokens, device=None):
+    return _POOL[0].submit(mha_course.causal_mask, num_tokens, device).result()
+
+
+def _mask_from_a_thread_without_threadings_profile(num_tokens, device=None):
+    import threading
+
+    watch = threading.getprofile()
+    threading.setprofile(None)
+    try:
+        return _mask_from_a_thread(num_tokens, device)
+    finally:
+        threading.setprofile(watch)  # put back before the check looks
+
+
+def test_the_packages_answers_report_themselves_in_any_thread():
+    """The package's answers report each run to the guard, with no hook: from a pool of threads made
+    before the check began, or a thread started with threading's profile function taken away."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(int).result()  # the worker thread exists before the check
+        _POOL.append(pool)
+        try:
+            _fails_own_code("1.1", _mask_from_a_pool_made_before_the_check, "got a call to mha_course's own causal_mask")
+        finally:
+            _POOL.clear()
+    _fails_own_code("1.1", _mask_from_a_thread_without_threadings_profile, "got a call to mha_course's own causal_mask")
+
+
+def test_reporting_code_behaves_and_reads_as_before():
+    import inspect
+
+    from mha_course.exercises import chapter1
+    from mha_course.exercises.shortcuts import RAN_EVENT
+
+    for function in (mha_course.causal_mask, mha_course.MultiHeadAttention.__init__, chapter1.reference_head):
+        assert any(getattr(c, "__self__", None) == RAN_EVENT for c in function.__code__.co_consts), function
+    source = Path(mha_course.masking.__file__).read_text(encoding="utf-8").splitlines(keepends=True)
+    lines, first = inspect.getsourcelines(mha_course.causal_mask)
+    assert lines == source[first - 1:first - 1 + len(lines)] and lines[0].startswith("def causal_mask(")
+    assert mha_course.causal_mask.__doc__.startswith("Boolean (num_tokens, num_tokens) mask")
+    assert mha_course.causal_mask(3).int().tolist() == [[0, 1, 1], [0, 0, 1], [0, 0, 0]]
+    with pytest.raises(ValueError, match="num_tokens") as raised:
+        mha_course.causal_mask(-1)
+    frame = raised.traceback[1]  # the line in causal_mask that raised is the file's
+    assert "validate_non_negative_int" in source[frame.lineno]

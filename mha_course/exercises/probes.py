@@ -135,11 +135,12 @@ class DeviceMixWatch(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if self.mixed is None and func._schema.name not in MIXING_ALLOWED:
+        name = func.name().split(".")[0]  # "aten::index.Tensor": the operator, without its overload
+        if self.mixed is None and name not in MIXING_ALLOWED:
             devices = {t.device.type for t in tree_leaves((args, kwargs))
                        if isinstance(t, torch.Tensor) and not (t.device.type == "cpu" and t.dim() == 0)}
             if len(devices) > 1:
-                self.mixed = f"{func._schema.name.removeprefix('aten::')} with tensors on {' and '.join(sorted(devices))}"
+                self.mixed = f"{name.removeprefix('aten::')} with tensors on {' and '.join(sorted(devices))}"
         return func(*args, **kwargs)
 
 

@@ -11,42 +11,51 @@ variants of ``mha_course.exercises``) count as shortcuts for every exercise.
 
 While the probe runs the learner's code, a *guard* notes every shortcut that runs. The guard is an
 audit hook (:func:`sys.addaudithook`), installed once when this module is imported: Python offers
-no way to remove or replace one. While an answer is being checked, the guard
+no way to remove or replace one. It hears of a shortcut in three ways:
 
-* is told of every call (a profile function that is :func:`sys.audit` itself, bound to an event
-  name, so that it holds no state an answer could change), in the checking thread and in every
-  thread started with :mod:`threading` while the answer runs;
-* recognises the package's code by what it is: the same code object; a *copy* of it (a code
-  object with the same instructions, constants and names, whatever its name, file or line, as
-  ``code.replace`` or ``exec`` of the package's source text make), for functions that carry a
-  docstring or are long; or a function of another copy of the package in the same *place*
-  (:func:`place`: its file below a folder named ``mha_course`` and its qualified name);
-* sees code being made while the answer runs (``exec``, ``compile``, ``types.FunctionType``,
-  ``code.replace``) and notes a copy of a shortcut's code at once, even before it runs;
-* refuses, and notes as a tampered check, what would switch it off or reach into the check:
-  ``sys.setprofile`` and ``sys.settrace`` (but those of :mod:`threading` starting a thread),
-  frames (``sys._getframe``, a traceback's or generator's frame), the garbage collector's object
-  lists, ``ctypes``, a function's code replaced, and new processes. An honest answer needs none of
-  them.
+* the package's shortcuts and the checks' own functions *report themselves*: their code is
+  compiled again from their source with one call first, ``sys.audit("mha_course.ran", ...)``,
+  held as a constant of the code (:func:`reporting`). Whoever runs that code reports, in any
+  thread, and so does a copy of it (``code.replace``, ``types.FunctionType``) under any name;
+* every call while an answer is being checked goes to the guard too, through a profile function
+  that is :func:`sys.audit` itself bound to an event name (so it holds no state an answer could
+  change), in the checking thread and in the threads started with :mod:`threading` meanwhile:
+  this is how torch's functions on an exercise's list are seen (the fused attention by any of its
+  entry points: ``torch.nn.functional``, ``torch.ops.aten``, the fused kernels), and a function
+  of another copy of the package (by its *place*, :func:`place`: its file below a folder named
+  ``mha_course`` and its qualified name);
+* code made while the answer runs (``exec``, ``compile``, ``types.FunctionType``,
+  ``code.replace``) is compared with the shortcuts' code by :func:`fingerprint` (instructions,
+  constants and names, whatever its name, file or line), for code that carries a docstring or is
+  long: ``exec`` of the package's source text is the package's code.
 
-The guard's state lives in the hook's closure, which no module attribute reaches; the functions
-that open and close a watch need the token the check holds.
+While an answer is checked the guard also refuses, and notes as a tampered check, what would
+switch the profile function off or reach into the check: ``sys.setprofile`` and ``sys.settrace``
+(but those of :mod:`threading` starting a thread), the garbage collector's object lists,
+``ctypes`` reaching into the interpreter, a function's code replaced, and new processes. An
+honest answer needs none of them. The guard's state lives in the hook's closure, which no module
+attribute reaches; the functions that open and close a watch need the token the check holds.
 
-What this cannot see: code copied out of the package's source and then edited (new code), work
-handed to a thread that was already running before the check began (a thread pool made earlier),
-torch functions that are not on an exercise's list, and an answer that goes through the
-interpreter's internals by routes the guard does not know. It is meant for a learner who reaches
-for the package's answer, who is told to write it; copying a solution's text out of the book
-cannot be told from writing it.
+What this cannot see: code copied out of the package's source and then edited (new code), torch
+functions that are not on an exercise's list (and those on it, called from a thread that was
+running before the check began), and an answer that goes through the interpreter's internals by
+routes the guard does not know (walking the check's frames, for one). It is meant for a learner
+who reaches for the package's answer, who is told to write it; copying a solution's text out of
+the book cannot be told from writing it.
 """
 
 from __future__ import annotations
 
+import __future__
+
+import ast
 import dis
 import functools
 import inspect
 import sys
+import textwrap
 import types
+import warnings
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any, Iterable
@@ -152,15 +161,23 @@ class Shortcut:
     sketches: frozenset = field(default=frozenset(), compare=False, repr=False)
     instructions: frozenset = field(default=frozenset(), compare=False, repr=False)
 
+    reports: frozenset = field(default=frozenset(), compare=False, repr=False)
+
     def __post_init__(self):
-        codes, builtins = set(), set()
+        codes, builtins, reports = set(), set(), set()
         for target in self.targets:
-            found = list(_code_objects(target))
+            found = [_ORIGINALS.get(code, code) for code in _code_objects(target)]
             codes.update(found)
             if not found:
                 builtins.update(_builtins_of(target))
+            for function in _functions(target):
+                report = reporting(function)
+                if report is not None:
+                    codes.add(function.__code__)
+                    reports.add(report)
         object.__setattr__(self, "codes", frozenset(codes))
         object.__setattr__(self, "builtins", frozenset(builtins))
+        object.__setattr__(self, "reports", frozenset(reports))
         object.__setattr__(self, "places", frozenset(p for p in map(place, codes) if p is not None))
         copied = [nested for code in codes for nested in _nested(code) if recognisable(nested)]
         object.__setattr__(self, "fingerprints", frozenset(map(fingerprint, copied)))
@@ -181,13 +198,109 @@ def _builtins_of(target: Any) -> Iterable[Any]:
     except ImportError:  # pragma: no cover - torch always has them
         OpOverload = OpOverloadPacket = ()
     if isinstance(target, OpOverloadPacket):
-        yield target._op
+        yield target.op
         for name in target.overloads():
-            yield getattr(target, name)._op
+            yield getattr(target, name).op
     elif isinstance(target, OpOverload):
-        yield target._op
+        yield target.op
     else:
         yield target
+
+
+def _functions(target: Any) -> Iterable[types.FunctionType]:
+    """The Python functions behind a function, method or class (every method of the class)."""
+    if isinstance(target, (classmethod, staticmethod)):
+        target = target.__func__
+    if isinstance(target, types.MethodType):
+        target = target.__func__
+    if isinstance(target, functools.partial):
+        target = target.func
+    if isinstance(target, types.FunctionType):
+        yield inspect.unwrap(target)
+    elif isinstance(target, property):
+        yield from (accessor for accessor in (target.fget, target.fset, target.fdel)
+                    if isinstance(accessor, types.FunctionType))
+    elif isinstance(target, type):
+        for member in vars(target).values():
+            if isinstance(member, (types.FunctionType, classmethod, staticmethod, property)):
+                yield from _functions(member)
+
+
+# ----------------------------------------------------------------------------------------------
+# The package's answers report themselves
+
+#: The audit event a shortcut of the package raises each time it runs, with its :func:`place`.
+RAN_EVENT = "mha_course.ran"
+_RAN = types.MethodType(sys.audit, RAN_EVENT)  # a constant of the reporting code: no name to rebind
+_PLACEHOLDER = "__mha_course_reports_here__"
+_ORIGINALS: dict[types.CodeType, types.CodeType] = {}  # reporting code -> the code it was made from
+_REPORTING: set[types.CodeType] = set()
+
+
+def reporting(function: types.FunctionType) -> str | None:
+    """Make a function of the package report each run to the guard, and return what it reports
+    (its :func:`place`, as one string); ``None`` for a function outside the package, or one this
+    cannot rewrite (no source, a closure).
+
+    The function's code is compiled again from its source with one call first (after the
+    docstring), ``sys.audit("mha_course.ran", "<file>:<qualified name>")``, the call held as a
+    constant of the code: a copy of the code (``code.replace``, ``types.FunctionType``) reports too,
+    in any thread, with no hook of its own. Lines, names and behaviour stay as they were.
+
+    Example:
+        >>> from mha_course import causal_mask
+        >>> reporting(causal_mask)
+        'masking.py:causal_mask'
+    """
+    code = function.__code__
+    where = place(_ORIGINALS.get(code, code))
+    if where is None:
+        return None
+    report = ":".join(where)
+    if code in _REPORTING:
+        return report
+    if code.co_name == "<lambda>" or set(code.co_freevars) - {"__class__"}:
+        return None
+    try:
+        lines, first_line = inspect.getsourcelines(code)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return None
+    node = tree.body[0] if tree.body else None
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name != code.co_name:
+        return None
+    docstring = (isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+                 and isinstance(node.body[0].value.value, str))
+    at = node.body[1 if docstring and len(node.body) > 1 else 0]
+    call = ast.Expr(ast.Call(func=ast.Constant(_PLACEHOLDER), args=[ast.Constant(report)], keywords=[]))
+    node.body.insert(1 if docstring else 0, ast.fix_missing_locations(ast.copy_location(call, at)))
+    if code.co_freevars:  # a method that uses super() or __class__: compile it inside a class
+        tree = ast.Module(body=[ast.copy_location(ast.ClassDef("_", [], [], [node], []), node)], type_ignores=[])
+    ast.increment_lineno(ast.fix_missing_locations(tree), first_line - 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "'str' object is not callable": the constant is replaced below
+        compiled = compile(tree, code.co_filename, "exec", dont_inherit=True,
+                           flags=code.co_flags & __future__.annotations.compiler_flag)
+    new = next((c for c in _nested(compiled) if c.co_name == code.co_name and c.co_firstlineno == code.co_firstlineno
+                and c is not compiled), None)
+    if new is None or (new.co_varnames, new.co_freevars, new.co_argcount, new.co_kwonlyargcount) != (
+            code.co_varnames, code.co_freevars, code.co_argcount, code.co_kwonlyargcount):
+        return None
+    new = new.replace(co_consts=tuple(_RAN if isinstance(c, str) and c == _PLACEHOLDER else c for c in new.co_consts))
+    _ORIGINALS[new] = code
+    _REPORTING.add(new)
+    function.__code__ = new
+    return report
+
+
+def report_runs(module_name: str) -> None:
+    """Make every function of a module of the checks report when it runs (:func:`reporting`).
+    Each such module calls it last, on import, so that the checks' own functions report before any
+    answer runs."""
+    module = sys.modules[module_name]
+    for value in list(vars(module).values()):
+        if isinstance(value, types.FunctionType) and value.__module__ == module_name:
+            reporting(value)
 
 
 def _code_objects(target: Any) -> Iterable[types.CodeType]:
@@ -308,6 +421,9 @@ def _make_guard():
                         seen(session["builtins"].get(args[2]))
                     except TypeError:  # an unhashable callable: never one of ours
                         pass
+        elif event == RAN_EVENT:  # a shortcut of the package ran, in whatever thread
+            for session in sessions:
+                seen(session["reports"].get(args[0]))
         elif event in ("exec", "function.__new__") and args and isinstance(args[0], code_type):
             for session in sessions:
                 seen(made(session, args[0]))
@@ -394,7 +510,7 @@ class CallWatch:
 
     def __init__(self, shortcuts: Iterable[Shortcut]):
         tables: dict[str, Any] = {"codes": {}, "builtins": {}, "places": {}, "fingerprints": {}, "instructions": {},
-                                  "sketches": set(), "cache": {}}
+                                  "sketches": set(), "cache": {}, "reports": {}}
         for shortcut in shortcuts:
             tables["codes"].update(dict.fromkeys(shortcut.codes, shortcut.label))
             tables["builtins"].update(dict.fromkeys(shortcut.builtins, shortcut.label))
@@ -402,6 +518,7 @@ class CallWatch:
             tables["fingerprints"].update(dict.fromkeys(shortcut.fingerprints, shortcut.label))
             tables["instructions"].update(dict.fromkeys(shortcut.instructions, shortcut.label))
             tables["sketches"].update(shortcut.sketches)
+            tables["reports"].update(dict.fromkeys(shortcut.reports, shortcut.label))
         tables["names"] = {name for _, name in tables["places"]}  # a quick test before the place is worked out
         self._tables = tables
         self.seen: list[str] = []
