@@ -799,6 +799,17 @@ def test_numbers_are_shown_as_the_type_the_learner_returned():
     assert "got 768.0." in run_check("3.4", floats).line
 
 
+def test_records_judged_side_by_side_get_the_verdicts_they_get_alone():
+    """The grader judges several notebooks' records at once (--jobs); dropout is replayed from
+    torch's global random state, which the threads share."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    records = [(eid, probe(EXERCISES[eid], CORRECT[eid])) for eid in ("2.1", "3.5", "4.2", "6.2", "3.3")]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda item: judge(EXERCISES[item[0]], item[1]), records * 6))
+    assert [r.exercise for r in results if not r.passed] == []
+
+
 def test_head_variant_defaults_are_the_package_reference():
     x = torch.randn(2, 5, 4)
     weights = [torch.randn(4, 3) for _ in range(3)]

@@ -27,6 +27,7 @@ import contextlib
 import io
 import os
 import secrets
+import threading
 import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
@@ -224,12 +225,19 @@ def detect_safely(mistake: Mistake, record: dict) -> bool:
         return False
 
 
+#: A judge replays the probe's dropout from torch's global random state, which every thread of a
+#: process shares: one judge at a time, so that records judged side by side (the grader's jobs)
+#: get the verdicts they get alone.
+_ONE_JUDGE_AT_A_TIME = threading.RLock()
+
+
 def judge(exercise: Exercise, record: dict) -> CheckResult:
     """Run ``exercise``'s checks on ``record`` in order and return the verdict. Never raises.
 
-    The references are computed with gradients on and without moving the caller's random state.
+    The references are computed with gradients on and without moving the caller's random state,
+    one judge at a time in a process (they seed torch's global random state to replay dropout).
     """
-    with torch.random.fork_rng(devices=[]), torch.enable_grad():
+    with _ONE_JUDGE_AT_A_TIME, torch.random.fork_rng(devices=[]), torch.enable_grad():
         return _judge(exercise, record)
 
 
