@@ -1168,3 +1168,13 @@ def test_checks_run_on_the_gpu_too():
         assert run_check(exercise_id, answer).passed, exercise_id
     result = run_check("1.2", WRONG[("1.2", "mask-on-cpu")])
     assert result.failed_check == "output on the input's device"
+
+
+def test_replacing_secrets_randbelow_does_not_fix_the_inputs(monkeypatch):
+    import secrets
+
+    from mha_course.exercises.framework import run_seed
+
+    monkeypatch.delenv(SEED_ENV_VAR, raising=False)
+    monkeypatch.setattr(secrets, "randbelow", lambda n: 4242)
+    assert len({run_seed() for _ in range(20)}) > 1

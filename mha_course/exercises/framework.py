@@ -172,6 +172,11 @@ def _isolated():
             yield
 
 
+#: The operating system's randomness, bound on import: code that later replaces ``secrets.randbelow``
+#: or reseeds ``random`` does not choose the inputs of the checks.
+_draw_seed = secrets.SystemRandom().randrange
+
+
 def run_seed() -> int:
     """A fresh seed for one check run (or the one in ``MHA_COURSE_CHECK_SEED``)."""
     fixed = os.environ.get(SEED_ENV_VAR, "").strip()
@@ -181,7 +186,7 @@ def run_seed() -> int:
         except ValueError:
             raise ValueError(f"{SEED_ENV_VAR} must be a whole number, got {fixed!r}; unset it for "
                              "fresh inputs on every run.") from None
-    return secrets.randbelow(1_000_000)
+    return _draw_seed(1_000_000)
 
 
 def probe(exercise: Exercise, answer: Any, seed: int | None = None) -> dict:
