@@ -318,3 +318,17 @@ def test_reporting_code_behaves_and_reads_as_before():
         mha_course.causal_mask(-1)
     frame = raised.traceback[1]  # the line in causal_mask that raised is the file's
     assert "validate_non_negative_int" in source[frame.lineno]
+
+
+def test_every_function_of_the_checks_reports_from_import_on():
+    """A module of the checks ends with report_runs(__name__): its functions report from import on,
+    not from the first check, which would change their code while the grader watches it."""
+    import inspect
+
+    from mha_course.exercises.shortcuts import _REPORTING, check_modules
+
+    for name in check_modules():
+        for attribute, value in vars(sys.modules[name]).items():
+            if isinstance(value, types.FunctionType) and value.__module__ == name and value.__name__ != "<lambda>":
+                code = inspect.unwrap(value).__code__
+                assert code in _REPORTING, f"{name}.{attribute}: end {name} with report_runs(__name__)"

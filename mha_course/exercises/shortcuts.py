@@ -300,7 +300,7 @@ def report_runs(module_name: str) -> None:
     module = sys.modules[module_name]
     for value in list(vars(module).values()):
         if isinstance(value, types.FunctionType) and value.__module__ == module_name:
-            reporting(value)
+            reporting(inspect.unwrap(value))  # a decorated function: the function underneath
 
 
 def _code_objects(target: Any) -> Iterable[types.CodeType]:
