@@ -49,15 +49,15 @@ from __future__ import annotations
 import __future__
 
 import ast
+import copy
 import dis
 import functools
 import inspect
 import sys
-import textwrap
 import types
 import warnings
 from dataclasses import dataclass, field
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import Any, Iterable
 
 from .records import Failed, plain
@@ -237,6 +237,18 @@ _ORIGINALS: dict[types.CodeType, types.CodeType] = {}  # reporting code -> the c
 _REPORTING: set[types.CodeType] = set()
 
 
+@functools.lru_cache(maxsize=None)
+def _definitions(filename: str) -> dict[int, ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The functions defined in a file, at any depth, by their first line (that of their first
+    decorator, as in their code object); empty for a file that cannot be read or parsed."""
+    try:
+        tree = ast.parse(Path(filename).read_text(encoding="utf-8"), filename)
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    return {(node.decorator_list[0].lineno if node.decorator_list else node.lineno): node
+            for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
 def reporting(function: types.FunctionType) -> str | None:
     """Make a function of the package report each run to the guard, and return what it reports
     (its :func:`place`, as one string); ``None`` for a function outside the package, or one this
@@ -261,22 +273,21 @@ def reporting(function: types.FunctionType) -> str | None:
         return report
     if code.co_name == "<lambda>" or set(code.co_freevars) - {"__class__"}:
         return None
-    try:
-        lines, first_line = inspect.getsourcelines(code)
-        tree = ast.parse(textwrap.dedent("".join(lines)))
-    except (OSError, TypeError, SyntaxError, IndentationError):
+    node = _definitions(code.co_filename).get(code.co_firstlineno)
+    if node is None or node.name != code.co_name:
         return None
-    node = tree.body[0] if tree.body else None
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name != code.co_name:
-        return None
+    node = copy.deepcopy(node)
     docstring = (isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
                  and isinstance(node.body[0].value.value, str))
     at = node.body[1 if docstring and len(node.body) > 1 else 0]
     call = ast.Expr(ast.Call(func=ast.Constant(_PLACEHOLDER), args=[ast.Constant(report)], keywords=[]))
     node.body.insert(1 if docstring else 0, ast.fix_missing_locations(ast.copy_location(call, at)))
-    if code.co_freevars:  # a method that uses super() or __class__: compile it inside a class
-        tree = ast.Module(body=[ast.copy_location(ast.ClassDef("_", [], [], [node], []), node)], type_ignores=[])
-    ast.increment_lineno(ast.fix_missing_locations(tree), first_line - 1)
+    owner = code.co_qualname.split(".")[-2] if "." in code.co_qualname else None
+    if owner is not None and owner != "<locals>":  # a method: compiled in a class of its class's name
+        node = ast.copy_location(ast.ClassDef(owner, [], [], [node], []), node)  # (super(), private names)
+    elif code.co_freevars:
+        return None
+    tree = ast.fix_missing_locations(ast.Module(body=[node], type_ignores=[]))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "'str' object is not callable": the constant is replaced below
         compiled = compile(tree, code.co_filename, "exec", dont_inherit=True,
@@ -286,7 +297,8 @@ def reporting(function: types.FunctionType) -> str | None:
     if new is None or (new.co_varnames, new.co_freevars, new.co_argcount, new.co_kwonlyargcount) != (
             code.co_varnames, code.co_freevars, code.co_argcount, code.co_kwonlyargcount):
         return None
-    new = new.replace(co_consts=tuple(_RAN if isinstance(c, str) and c == _PLACEHOLDER else c for c in new.co_consts))
+    new = new.replace(co_qualname=code.co_qualname,
+                      co_consts=tuple(_RAN if isinstance(c, str) and c == _PLACEHOLDER else c for c in new.co_consts))
     _ORIGINALS[new] = code
     _REPORTING.add(new)
     function.__code__ = new
