@@ -10,7 +10,11 @@ teaching order:
   attention kernel (chapter 4);
 * :class:`GroupedQueryAttention` - query heads that share key/value heads in groups, from
   multi-head to multi-query attention, and :class:`KVCache` - the keys and values kept between
-  generated tokens (chapter 6).
+  generated tokens (chapter 6);
+* :func:`from_gpt2_attention` and :func:`from_llama_attention` - the course's modules built from
+  transformers' GPT-2 and Llama attention layers, computing what those do (chapter 8).
+* :func:`tiled_attention` - attention one tile of scores at a time, with an online softmax, and
+  :class:`TiledMultiHeadAttention` built on it (chapter 7).
 
 ``check("1.1", answer)`` grades a learner's answer to an exercise (see :mod:`mha_course.exercises`).
 
@@ -34,6 +38,8 @@ from .interop import from_torch_multihead, sdpa_forward, to_torch_multihead, tor
 from .kv_cache import KVCache
 from .masking import causal_mask, visibility
 from .multihead import MultiHeadAttention, transfer_weights
+from .transformers_interop import UnsupportedConfigError, from_gpt2_attention, from_llama_attention
+from .tiled import TiledMultiHeadAttention, tiled_attention
 from .wrapper import MultiHeadAttentionWrapper
 
 if TYPE_CHECKING:
@@ -66,7 +72,12 @@ __all__ = [
     "to_torch_multihead",
     "from_torch_multihead",
     "torch_multihead_forward",
+    "from_gpt2_attention",
+    "from_llama_attention",
+    "UnsupportedConfigError",
     "check",
+    "tiled_attention",
+    "TiledMultiHeadAttention",
 ]
 
 

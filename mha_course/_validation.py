@@ -7,6 +7,7 @@ learner sees the cause of a mistake in one line rather than a traceback from ins
 from __future__ import annotations
 
 import numbers
+from typing import NamedTuple
 
 import torch
 
@@ -162,3 +163,44 @@ def validate_same_dtype_and_device(x: torch.Tensor, like: torch.Tensor) -> None:
             f"x has dtype {x.dtype} but the module's weights are {like.dtype}. Convert the input "
             f"with x.to({like.dtype}), or the module with module.to({x.dtype})."
         )
+
+
+class AttentionSizes(NamedTuple):
+    """The checked constructor arguments of an attention module (see :func:`validate_attention_args`)."""
+
+    d_in: int
+    d_out: int
+    context_length: int
+    dropout: float
+    qkv_bias: bool
+    num_heads: int
+    head_dim: int
+    num_kv_groups: int
+
+
+def validate_attention_args(d_in, d_out, context_length, dropout, qkv_bias, num_heads=1, num_kv_groups=None,
+                            d_out_hint: str = "", d_out_per_head: bool = False) -> AttentionSizes:
+    """Check every constructor argument of an attention module at once; return them checked.
+
+    ``head_dim`` is ``d_out // num_heads`` (``d_out`` must split evenly; with ``d_out_per_head``, as
+    in the wrapper, ``d_out`` is one head's width and ``head_dim == d_out``), and ``num_kv_groups``
+    defaults to ``num_heads`` (one key/value head per query head) and must divide it. ``d_out_hint``
+    says what ``d_out`` means in the calling class, for the message. Each error names the argument,
+    the value and the fix.
+
+    Example:
+        >>> validate_attention_args(3, 4, 6, 0.0, False, num_heads=2)
+        AttentionSizes(d_in=3, d_out=4, context_length=6, dropout=0.0, qkv_bias=False, num_heads=2, head_dim=2, num_kv_groups=2)
+        >>> validate_attention_args(3, 5, 6, 0.0, False, num_heads=2)
+        Traceback (most recent call last):
+            ...
+        ValueError: d_out (5) must be divisible by num_heads (2): every head gets head_dim = d_out // num_heads columns. Choose a multiple of num_heads, e.g. d_out=4 or d_out=6, or a num_heads that divides 5.
+    """
+    num_heads = validate_positive_int("num_heads", num_heads)
+    d_in = validate_positive_int("d_in", d_in)
+    d_out = validate_positive_int("d_out", d_out, hint=d_out_hint)
+    context_length = validate_positive_int("context_length", context_length)
+    head_dim = d_out if d_out_per_head else validate_divisible(d_out, num_heads)
+    num_kv_groups = num_heads if num_kv_groups is None else validate_kv_groups(num_kv_groups, num_heads)
+    return AttentionSizes(d_in, d_out, context_length, validate_dropout(dropout), validate_bool("qkv_bias", qkv_bias),
+                          num_heads, head_dim, num_kv_groups)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validation import validate_bool, validate_dropout, validate_input, validate_positive_int
-from .masking import causal_mask, validate_loaded_mask
+from ._validation import validate_attention_args, validate_input
+from .heads import captured_attention_weights, score_dtype
+from .masking import register_causal_mask
 
 
 class CausalAttention(nn.Module):
@@ -50,50 +51,21 @@ class CausalAttention(nn.Module):
 
     def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
         super().__init__()
-        self.d_in = validate_positive_int("d_in", d_in)
-        self.d_out = validate_positive_int("d_out", d_out)
-        self.context_length = validate_positive_int(
-            "context_length", context_length
-        )
-        qkv_bias = validate_bool("qkv_bias", qkv_bias)
-        self.W_query = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
+        # Every argument checked at once; errors name the argument and the fix.
+        args = validate_attention_args(d_in, d_out, context_length, dropout,
+                                       qkv_bias)
+        self.d_in, self.d_out = args.d_in, args.d_out
+        self.context_length = args.context_length
+        self.W_query = nn.Linear(self.d_in, self.d_out, bias=args.qkv_bias)
+        self.W_key = nn.Linear(self.d_in, self.d_out, bias=args.qkv_bias)
+        self.W_value = nn.Linear(self.d_in, self.d_out, bias=args.qkv_bias)
         # Dropout acts on the attention weights: in training some weights
         # are zeroed and the rest scaled up by 1 / (1 - p); in eval mode it
         # does nothing.
-        self.dropout = nn.Dropout(validate_dropout(dropout))
-        # A buffer, not a parameter: it is never trained, but it moves with
-        # .to(device) and is saved in the state_dict. True marks a future
-        # position that must not be attended to.
-        self.register_buffer("mask", causal_mask(self.context_length))
-        # A loaded mask must be causal.
-        self.register_load_state_dict_pre_hook(validate_loaded_mask)
-
-    def _weights_and_values(
-        self, x: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        validate_input(x, self.d_in, self.context_length,
-                       like=self.W_query.weight)
-        num_tokens = x.shape[1]
-        queries = self.W_query(x)  # (B, T, d_out)
-        keys = self.W_key(x)  # (B, T, d_out)
-        values = self.W_value(x)  # (B, T, d_out)
-        # Dividing by sqrt(d_out) keeps the scores' spread independent of
-        # the head width, so the softmax does not saturate into a one-hot
-        # vector with vanishing gradients. Scaling the queries before the
-        # product gives the same scores as scaling the product, and keeps
-        # them finite in float16, where an unscaled q.k above 65504 would
-        # overflow to inf.
-        queries = queries * self.d_out**-0.5
-        # (B, T, T): row i = how much token i matches each key
-        scores = queries @ keys.transpose(1, 2)
-        # The mask buffer is context_length wide; a shorter input uses its
-        # top-left corner.
-        future = self.mask[:num_tokens, :num_tokens]
-        scores = scores.masked_fill(future, float("-inf"))
-        weights = torch.softmax(scores, dim=-1)  # (B, T, T), rows sum to 1
-        return weights, values
+        self.dropout = nn.Dropout(args.dropout)
+        # self.mask: a (context_length, context_length) buffer, True above
+        # the diagonal, where a position must not look (a future token).
+        register_causal_mask(self, self.context_length)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Context vectors for ``x``: ``(B, T, d_in) -> (B, T, d_out)``.
@@ -101,7 +73,26 @@ class CausalAttention(nn.Module):
         Row ``t`` of the output is a weighted average of the value vectors
         of tokens ``0 .. t``.
         """
-        weights, values = self._weights_and_values(x)
+        validate_input(x, self.d_in, self.context_length,
+                       like=self.W_query.weight)
+        num_tokens = x.shape[1]
+        queries = self.W_query(x)  # (B, T, d_out)
+        keys = self.W_key(x)  # (B, T, d_out)
+        values = self.W_value(x)  # (B, T, d_out)
+        # Half precision (float16) computes the scores in float32, where a
+        # large q.k cannot overflow to inf; other dtypes are kept.
+        dtype = score_dtype(queries.dtype)
+        # Dividing by sqrt(d_out) keeps the scores' spread independent of
+        # the head width, so the softmax does not saturate into a one-hot
+        # vector with vanishing gradients.
+        queries = queries.to(dtype) * self.d_out**-0.5
+        # (B, T, T): row i = how much token i matches each key
+        scores = queries @ keys.to(dtype).transpose(1, 2)
+        # The mask is context_length wide; a shorter input uses its corner.
+        future = self.mask[:num_tokens, :num_tokens]
+        scores = scores.masked_fill(future, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)  # (B, T, T), rows sum to 1
+        weights = weights.to(values.dtype)
         return self.dropout(weights) @ values  # (B, T, d_out)
 
     @torch.no_grad()
@@ -109,8 +100,8 @@ class CausalAttention(nn.Module):
         """The softmax attention weights for ``x``, shape ``(B, T, T)``.
 
         Entry ``[b, i, j]`` is how much token ``i`` draws on token ``j``; it
-        is zero for ``j > i``. Dropout is not applied, so every row sums to
-        one. Runs without gradients.
+        is zero for ``j > i``. They are the weights ``forward`` computes,
+        before dropout, so every row sums to one. Runs without gradients.
 
         Example:
             >>> head = CausalAttention(3, 2, context_length=6, dropout=0.0)
@@ -122,4 +113,4 @@ class CausalAttention(nn.Module):
             >>> weights.sum(-1).allclose(torch.ones(1, 3))
             True
         """
-        return self._weights_and_values(x)[0]
+        return captured_attention_weights(self, x)

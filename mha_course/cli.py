@@ -1,12 +1,14 @@
 """The course's command line, all of it: ``python -m mha_course COMMAND`` (or ``mha-course COMMAND``).
 
-Every command's arguments are defined here (the student edition's and the grader's come from
-:mod:`mha_course.exercises.cli_arguments`, which imports neither nbformat nor nbclient); each
-handler imports its tool only when that command runs, so ``--help`` stays quick.
+Every command's arguments are defined here; each handler imports its tool only when that command
+runs, so building the parser imports neither the exercises' checks nor nbformat nor nbclient, and
+``--help`` stays quick.
 
 * ``info`` - the package, torch and device in use;
-* ``bench`` - :mod:`mha_course.bench`, the timings of chapter 4 (and, with ``--decode``, of
-  generating one token with and without a key/value cache, chapter 6);
+* ``bench`` - :mod:`mha_course.bench`, the timings of chapter 4 (with ``--heads-map``, the map of
+  batched against stacked heads of chapter 3; with ``--decode``, the time of generating one
+  token with and without a key/value cache, chapter 6; with ``--tiled``, attention with and
+  without the score matrix, chapter 7);
 * ``specialise`` - :mod:`mha_course.experiments.specialisation`, the experiment of chapter 5;
 * ``student``, ``grade``, ``progress`` and ``lab`` - the student edition, the grader, the learner's
   progress view, and JupyterLab opened on the student edition.
@@ -17,6 +19,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+
+from .grading.grading_setup import CELL_TIMEOUT, CHECK_TIMEOUT, NOTEBOOK_TIMEOUT
 
 
 def _comma_list(text: str | None) -> list[str] | None:
@@ -46,8 +50,19 @@ def _bench(args: argparse.Namespace) -> int:
         get_device(args.device, name="--device")
     except (ValueError, RuntimeError) as error:
         return _fail("bench", str(error))
+    chosen = [option for option, on in (("--decode", args.decode), ("--heads-map", args.heads_map),
+                                        ("--tiled", args.tiled)) if on]
+    if len(chosen) > 1:
+        count = "two" if len(chosen) == 2 else "three"
+        return _fail("bench", f"{' and '.join(chosen)} are {count} different benchmarks: choose one.")
     if args.decode:
         return _bench_decode(args)
+    if args.tiled:
+        return _bench_tiled(args)
+    if args.block_size is not None:
+        return _fail("bench", "--block-size applies to --tiled only: add --tiled, or leave it out.")
+    if args.heads_map:
+        return _bench_heads_map(args)
     try:
         settings = BenchSettings.for_command(
             quick=args.quick, configs=_comma_list(args.configs), min_run_time=args.min_run_time,
@@ -92,6 +107,41 @@ def _bench_decode(args: argparse.Namespace) -> int:
     return _report_run(run_decode_benchmark(settings), decode_summary, settings.label, args)
 
 
+def _bench_heads_map(args: argparse.Namespace) -> int:
+    from .bench import HeadsMapSettings, heads_map_summary, run_heads_map
+
+    for option, value in (("--implementations", args.implementations), ("--modes", args.modes)):
+        if value:
+            return _fail("bench", f"{option} does not apply to --heads-map, which always times stacked and "
+                         "batched heads forward; leave it out.")
+    try:
+        settings = HeadsMapSettings.for_command(
+            quick=args.quick, configs=_comma_list(args.configs), min_run_time=args.min_run_time,
+            rounds=args.rounds, threads=args.threads, device=args.device, progress=not args.no_progress,
+            label=args.label)
+    except ValueError as error:
+        return _fail("bench", str(error))
+    return _report_run(run_heads_map(settings), heads_map_summary, settings.label, args)
+
+
+def _bench_tiled(args: argparse.Namespace) -> int:
+    from .bench import TiledSettings, run_tiled_benchmark, tiled_summary
+
+    for option, value in (("--implementations", args.implementations), ("--modes", args.modes)):
+        if value:
+            return _fail("bench", f"{option} does not apply to --tiled, which always runs attention's middle three "
+                         "ways (scores, tiled, sdpa), forward; leave it out.")
+    options = {} if args.block_size is None else {"block_size": args.block_size}
+    try:
+        settings = TiledSettings.for_command(
+            quick=args.quick, configs=_comma_list(args.configs), min_run_time=args.min_run_time,
+            rounds=args.rounds, threads=args.threads, device=args.device, memory=not args.no_memory,
+            progress=not args.no_progress, label=args.label, **options)
+    except (ValueError, TypeError) as error:
+        return _fail("bench", str(error))
+    return _report_run(run_tiled_benchmark(settings), tiled_summary, settings.label, args)
+
+
 def _add_bench(commands) -> None:
     bench = commands.add_parser(
         "bench", help="time every implementation of causal multi-head attention (writes JSON, CSV, PNG)",
@@ -103,6 +153,15 @@ def _add_bench(commands) -> None:
     bench.add_argument("--decode", action="store_true",
                        help="time one generated token with and without a KV cache, at several lengths "
                        "(chapter 6; writes bench-decode-DEVICE.json, .csv, .png)")
+    bench.add_argument("--heads-map", action="store_true",
+                       help="time batched against stacked heads over sequence lengths x numbers of heads at one "
+                       "model width, with the processor's cache sizes (chapter 3; writes bench-heads-map-DEVICE.json, "
+                       ".csv, .png)")
+    bench.add_argument("--tiled", action="store_true",
+                       help="attention with the explicit scores, the tiled loop and the fused kernel, against the "
+                       "length (chapter 7; writes bench-tiled-DEVICE.json, .csv, .png)")
+    bench.add_argument("--block-size", type=int, default=None,
+                       help="with --tiled: queries and keys per tile of the tiled loop (default: 64; quick: 8)")
     bench.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     bench.add_argument("--out", default="bench-results", help="folder for the results (default: bench-results)")
     bench.add_argument("--label", default=None, help="suffix of the file names, e.g. bench-cpu-LABEL.json")
@@ -154,46 +213,91 @@ def _add_specialise(commands) -> None:
 
 
 def _student(args: argparse.Namespace) -> int:
-    from .exercises import student
+    from .edition import student
 
     return student.main(args)
 
 
 def _grade(args: argparse.Namespace) -> int:
-    from .exercises import grader
+    from .grading import grader
 
     return grader.main(args)
 
 
 def _progress(args: argparse.Namespace) -> int:
-    from .exercises import progress
+    from .grading import progress
 
     return progress.main(args)
 
 
 def _lab(args: argparse.Namespace) -> int:
-    from .exercises import lab
+    from .edition import lab
 
     return lab.main(args)
 
 
-def _add_exercise_commands(commands) -> None:
-    from .exercises import cli_arguments  # cheap: argparse only
+def _add_student_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("notebooks", nargs="*", type=Path, metavar="NOTEBOOK",
+                        help="source notebooks (default: every notebook in book/)")
+    parser.add_argument("--out", type=Path, default=Path("student"),
+                        help="folder to write the student edition into (default: student/)")
+    parser.add_argument("--force", action="store_true", help="overwrite notebooks that already exist")
+    parser.add_argument("--book", action="store_true",
+                        help="also copy _config.yml, _toc.yml and book/ so that `jupyter-book build OUT` "
+                             "builds the HTML book without solutions")
 
+
+def _add_grade_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("notebooks", nargs="+", type=Path, metavar="NOTEBOOK",
+                        help="completed notebooks to grade (each runs on a copy; the file is not changed)")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the scores as JSON to FILE")
+    _add_limit_arguments(parser, jobs=1)
+
+
+def _add_limit_arguments(parser: argparse.ArgumentParser, jobs: int) -> None:
+    """The grader's time limits and parallelism (``grade`` and ``progress``)."""
+    parser.add_argument("--timeout", type=float, default=NOTEBOOK_TIMEOUT, metavar="SECONDS",
+                        help=f"how long each notebook may run before it is stopped (default: {NOTEBOOK_TIMEOUT:g})")
+    parser.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT, metavar="SECONDS",
+                        help=f"how long one cell may run before it is interrupted (default: {CELL_TIMEOUT:g})")
+    parser.add_argument("--check-timeout", type=float, default=CHECK_TIMEOUT, metavar="SECONDS",
+                        help=f"how long the answer to one exercise may run while being checked (default: "
+                             f"{CHECK_TIMEOUT:g})")
+    parser.add_argument("--jobs", type=int, default=jobs, metavar="N",
+                        help=f"notebooks graded at the same time (default: {jobs}); with more than one, an edit to "
+                             "the package's files withholds the score of every notebook running when it is found")
+
+
+def _add_progress_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("folder", nargs="?", type=Path, default=Path("student"),
+                        help="the folder with your chapter notebooks (default: student/)")
+    _add_limit_arguments(parser, jobs=2)
+
+
+def _add_lab_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, default=Path("student"),
+                        help="the folder of the student edition to open (default: student/)")
+    parser.add_argument("--no-browser", action="store_true", help="do not open a browser (print the address)")
+    parser.add_argument("--port", type=int, default=None, help="the port JupyterLab listens on")
+    parser.add_argument("jupyter_args", nargs=argparse.REMAINDER, metavar="-- ARGUMENTS",
+                        help="anything after -- is passed on to jupyter lab")
+
+
+def _add_exercise_commands(commands) -> None:
     student = commands.add_parser("student", help="write the student edition of the chapter notebooks "
                                   "(solutions replaced by stubs, outputs cleared)")
-    cli_arguments.add_student_arguments(student)
+    _add_student_arguments(student)
     student.set_defaults(handler=_student)
     grade = commands.add_parser("grade", help="execute completed notebooks and score their exercises")
-    cli_arguments.add_grade_arguments(grade)
+    _add_grade_arguments(grade)
     grade.set_defaults(handler=_grade)
     progress = commands.add_parser("progress", help="show which exercises of each chapter pass, fail or are not "
                                    "started (reuses the last grading of unchanged notebooks)")
-    cli_arguments.add_progress_arguments(progress)
+    _add_progress_arguments(progress)
     progress.set_defaults(handler=_progress)
     lab = commands.add_parser("lab", help="write the student edition into student/ where a notebook is missing "
                               "(never overwriting your work) and open JupyterLab on it")
-    cli_arguments.add_lab_arguments(lab)
+    _add_lab_arguments(lab)
     lab.set_defaults(handler=_lab)
 
 

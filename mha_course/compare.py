@@ -313,7 +313,8 @@ def sweep_table(points: Sequence[SweepPoint]) -> Table:
     The ``fixed`` column names the regime (:data:`mha_course.cost.REGIME_LABELS`). The ratios
     compare a point with the point of the same regime and implementation that has the fewest
     heads, so 2.00 in the parameters ratio means twice the parameters of the fewest heads. A sweep
-    of one implementation names it in the title instead of in a column of one repeated value.
+    of one implementation names it, by class and name, in the title instead of in a column of one
+    repeated value.
     """
     if not points:
         raise ValueError("points is empty; pass the result of head_count_sweep(...).")
@@ -344,5 +345,10 @@ def sweep_table(points: Sequence[SweepPoint]) -> Table:
         formats.update({"time": "time", "time ratio": ".2f"})
     if one:
         columns.remove("implementation")
-        return Table(columns, rows, key_columns=2, formats=formats, title=f"implementation: {implementations[0]}")
+        name = implementations[0]
+        regimes = list(dict.fromkeys(p.regime for p in points))
+        where = "both regimes" if len(regimes) > 1 else f"the {REGIME_LABELS[regimes[0]]} regime"
+        title = (f"{IMPLEMENTATIONS[name].description.split(':')[0]} ({name}) with more and more heads, in "
+                 f"{where}; each ratio is to the fewest heads of the same regime")
+        return Table(columns, rows, key_columns=2, formats=formats, title=title)
     return Table(columns, rows, key_columns=3, formats=formats)

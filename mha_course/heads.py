@@ -169,3 +169,45 @@ def unstack_qkv(packed: torch.Tensor | None, dim: int = 0) -> tuple:
             "queries, keys and values one after another, each a third of it."
         )
     return packed.chunk(3, dim=dim)
+
+
+def score_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype in which attention scores and their softmax are computed for inputs of ``dtype``.
+
+    ``float32`` for the half-precision types: a float16 dot product ``q . k`` above 65504 overflows
+    to ``inf``, and a row of ``inf`` scores turns the softmax into ``NaN``, so production code (and
+    PyTorch's own fused kernels) computes this step in float32. Any other dtype is kept.
+
+    Example:
+        >>> score_dtype(torch.float16), score_dtype(torch.float64)
+        (torch.float32, torch.float64)
+    """
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def captured_attention_weights(module: torch.nn.Module, *inputs) -> torch.Tensor:
+    """The attention weights that ``module(*inputs)`` hands to its ``dropout``, without gradients.
+
+    Every attention module of the course computes its weights in ``forward`` and passes them through
+    ``self.dropout`` before weighting the values; this runs ``forward`` once and keeps what dropout
+    received, so the weights are exactly the ones ``forward`` used, before dropout (each row sums to
+    one). Its ``attention_weights`` methods use it, so that ``forward`` holds the computation alone.
+
+    Example:
+        >>> from mha_course import CausalAttention
+        >>> head = CausalAttention(3, 2, context_length=4, dropout=0.5)
+        >>> weights = captured_attention_weights(head, torch.rand(1, 4, 3))
+        >>> weights.shape, bool(weights.sum(-1).allclose(torch.ones(1, 4)))
+        (torch.Size([1, 4, 4]), True)
+    """
+    captured = []
+    hook = module.dropout.register_forward_hook(lambda _module, args, _output: captured.append(args[0]))
+    try:
+        with torch.no_grad():
+            module(*inputs)
+    finally:
+        hook.remove()
+    if len(captured) != 1:
+        raise RuntimeError(f"{type(module).__name__}.forward called its dropout {len(captured)} times, "
+                           "not once: its attention weights cannot be read from it.")
+    return captured[0]

@@ -13,6 +13,9 @@ heads across query heads shrinks it by ``num_heads / num_kv_groups``.
 
 from __future__ import annotations
 
+import copy
+import weakref
+
 import torch
 
 
@@ -25,8 +28,11 @@ class KVCache:
     one token each (decoding) give the outputs that recomputing the whole prefix would.
 
     Use one cache per attention layer and per batch of sequences; call :meth:`reset` (or make a new
-    cache) before the next sequence. The cache keeps autograd history if it is filled with
-    gradients on; generation normally runs under ``torch.no_grad()``.
+    cache) before the next sequence. The first layer that fills a cache owns it until
+    :meth:`reset`: another layer, even one of the same shape, is refused, since its keys would be
+    scored against the first layer's. The cache keeps autograd history if it is filled with
+    gradients on; generation normally runs under ``torch.no_grad()``, and ``copy.deepcopy`` of a
+    cache copies the keys and values without that history.
 
     Attributes:
         keys: ``(batch, num_kv_groups, num_cached, head_dim)`` tensor, or ``None`` while empty.
@@ -51,6 +57,29 @@ class KVCache:
     def __init__(self) -> None:
         self.keys: torch.Tensor | None = None
         self.values: torch.Tensor | None = None
+        self._layer: weakref.ref | None = None  # the layer that fills the cache
+
+    def __deepcopy__(self, memo: dict) -> KVCache:
+        """A copy that owns copies of the keys and values, for the same layer.
+
+        Keys computed with gradients on are not leaves of the autograd graph, which PyTorch refuses
+        to deep-copy; the copy holds them detached (the same numbers, no history), as a cache used
+        for generation needs.
+
+        Example:
+            >>> import copy
+            >>> cache = KVCache()
+            >>> weight = torch.ones(1, requires_grad=True)
+            >>> _ = cache.append(torch.rand(1, 1, 2, 4) * weight, torch.rand(1, 1, 2, 4) * weight)
+            >>> twin = copy.deepcopy(cache)
+            >>> len(twin), twin.keys.requires_grad, torch.equal(twin.keys, cache.keys)
+            (2, False, True)
+        """
+        twin = copy.copy(self)  # the same layer; the tensors replaced below
+        memo[id(self)] = twin
+        if self.keys is not None:
+            twin.keys, twin.values = self.keys.detach().clone(), self.values.detach().clone()
+        return twin
 
     def __len__(self) -> int:
         """How many positions the cache holds (0 when empty)."""
@@ -66,6 +95,48 @@ class KVCache:
         """Empty the cache, to start a new sequence (or batch of sequences)."""
         self.keys = None
         self.values = None
+        self._layer = None
+
+    def start(self, layer, num_new: int, context_length: int) -> int:
+        """Where ``layer``'s ``num_new`` new tokens start: the number of positions already cached.
+
+        Called by the attention layer before it appends. The first layer to call it on an empty
+        cache owns the cache until :meth:`reset`.
+
+        Raises:
+            ValueError: if another layer filled the cache, or the cached and the new positions
+                together exceed ``context_length``.
+
+        Example:
+            >>> from mha_course import GroupedQueryAttention
+            >>> first, second = (GroupedQueryAttention(4, 4, 6, 0.0, 2, 1) for _ in range(2))
+            >>> cache = KVCache()
+            >>> _ = first(torch.rand(1, 3, 4), cache=cache)
+            >>> cache.start(first, num_new=1, context_length=6)
+            3
+            >>> second(torch.rand(1, 1, 4), cache=cache)
+            Traceback (most recent call last):
+                ...
+            ValueError: this cache holds the keys and values of another layer (GroupedQueryAttention), filled for 3 positions: each attention layer needs its own KVCache(). Make one per layer, e.g. caches = [KVCache() for _ in layers], or call cache.reset() to start a new sequence with this layer.
+        """
+        owner = None if self._layer is None else self._layer()
+        if self._layer is not None and owner is not layer:
+            name = "one that no longer exists" if owner is None else type(owner).__name__
+            raise ValueError(
+                f"this cache holds the keys and values of another layer ({name}), filled for "
+                f"{len(self)} positions: each attention layer needs its own KVCache(). Make one per layer, "
+                "e.g. caches = [KVCache() for _ in layers], or call cache.reset() to start a new sequence "
+                "with this layer."
+            )
+        if len(self) + num_new > context_length:
+            raise ValueError(
+                f"the cache holds {len(self)} positions and x adds {num_new} more, {len(self) + num_new} "
+                f"in all, but the module was built with context_length={context_length}, so its "
+                f"causal mask covers only {context_length} positions. Start a new sequence with "
+                f"cache.reset(), or build the module with context_length>={len(self) + num_new}."
+            )
+        self._layer = weakref.ref(layer)
+        return len(self)
 
     def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Add the new tokens' keys and values; return all keys and values held, old then new.
@@ -133,3 +204,20 @@ class KVCache:
                 "changed dtype since the cache was filled. Call cache.reset() and run the sequence "
                 "again."
             )
+
+
+def cache_start(cache: KVCache | None, layer, num_new: int, context_length: int) -> int:
+    """The position of ``layer``'s first new token: 0 without a cache, else :meth:`KVCache.start`.
+
+    Raises:
+        TypeError: if ``cache`` is neither ``None`` nor a :class:`KVCache`.
+
+    Example:
+        >>> cache_start(None, layer=None, num_new=3, context_length=6)
+        0
+    """
+    if cache is None:
+        return 0
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}. Make one with KVCache().")
+    return cache.start(layer, num_new, context_length)

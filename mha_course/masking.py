@@ -79,3 +79,28 @@ def validate_loaded_mask(module, state_dict, prefix, local_metadata, strict, mis
         f"state_dict[{key!r}] = mha_course.causal_mask({size}), or delete that entry and load with "
         "strict=False."
     )
+
+
+def register_causal_mask(module: torch.nn.Module, context_length: int) -> None:
+    """Give ``module`` a ``mask`` buffer, :func:`causal_mask` of ``context_length``, that stays causal.
+
+    A buffer, not a parameter: it is never trained, but it moves with ``module.to(device)`` and is
+    saved in the ``state_dict``. Loading a state dict whose mask is not the causal pattern fails
+    (:func:`validate_loaded_mask`, registered here as a ``load_state_dict`` pre-hook).
+
+    Example:
+        >>> module = torch.nn.Module()
+        >>> register_causal_mask(module, 3)
+        >>> module.mask.int()
+        tensor([[0, 1, 1],
+                [0, 0, 1],
+                [0, 0, 0]], dtype=torch.int32)
+        >>> bad = {"mask": torch.zeros(3, 3, dtype=torch.bool)}  # sees the future
+        >>> try:
+        ...     module.load_state_dict(bad)
+        ... except RuntimeError as error:
+        ...     print("not the causal pattern" in str(error))
+        True
+    """
+    module.register_buffer("mask", causal_mask(context_length))
+    module.register_load_state_dict_pre_hook(validate_loaded_mask)

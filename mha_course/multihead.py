@@ -11,9 +11,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validation import validate_bool, validate_divisible, validate_dropout, validate_input, validate_positive_int
-from .heads import merge_heads, split_heads, unstack_qkv
-from .masking import causal_mask, validate_loaded_mask
+from ._validation import validate_attention_args, validate_input
+from .heads import captured_attention_weights, merge_heads, score_dtype, split_heads
+from .masking import register_causal_mask
 from .wrapper import MultiHeadAttentionWrapper
 
 
@@ -44,6 +44,10 @@ class MultiHeadAttention(nn.Module):
         mask: boolean buffer ``(context_length, context_length)``, ``True`` where attention is
             forbidden, shared by every head.
 
+    Conversions: ``MultiHeadAttention.from_wrapper(wrapper)`` and ``MultiHeadAttention.from_fast(fast)``
+    build one that computes what the other module does (they live with every other conversion in
+    ``mha_course.interop``).
+
     Example:
         >>> mha = MultiHeadAttention(3, 4, 6, dropout=0.0, num_heads=2)
         >>> mha(torch.rand(1, 6, 3)).shape
@@ -53,30 +57,25 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, num_heads,
                  qkv_bias=False):
         super().__init__()
-        self.d_in = validate_positive_int("d_in", d_in)
-        self.d_out = validate_positive_int(
-            "d_out", d_out,
-            hint="In MultiHeadAttention d_out is the width of all heads.",
+        args = validate_attention_args(
+            d_in, d_out, context_length, dropout, qkv_bias, num_heads,
+            d_out_hint="In MultiHeadAttention d_out is the width of all heads.",
         )
-        self.num_heads = validate_positive_int("num_heads", num_heads)
-        self.context_length = validate_positive_int(
-            "context_length", context_length)
-        self.head_dim = validate_divisible(self.d_out, self.num_heads)
-        qkv_bias = validate_bool("qkv_bias", qkv_bias)
+        self.d_in, self.d_out = args.d_in, args.d_out
+        self.num_heads, self.head_dim = args.num_heads, args.head_dim
+        self.context_length = args.context_length
         # One projection per role for all heads: output columns
         # [h*head_dim, (h+1)*head_dim) belong to head h.
-        self.W_query = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(self.d_in, self.d_out, bias=qkv_bias)
+        self.W_query = nn.Linear(self.d_in, self.d_out, bias=args.qkv_bias)
+        self.W_key = nn.Linear(self.d_in, self.d_out, bias=args.qkv_bias)
+        self.W_value = nn.Linear(self.d_in, self.d_out, bias=args.qkv_bias)
         # New in this class: a learned linear map that mixes the heads.
         self.out_proj = nn.Linear(self.d_out, self.d_out)
-        self.dropout = nn.Dropout(validate_dropout(dropout))
-        self.register_buffer("mask", causal_mask(self.context_length))
-        # A mask loaded from a saved state_dict must still be causal.
-        self.register_load_state_dict_pre_hook(validate_loaded_mask)
+        self.dropout = nn.Dropout(args.dropout)
+        register_causal_mask(self, self.context_length)  # self.mask
 
-    def _weights_and_values(self, x: torch.Tensor):
-        """Attention weights (B, h, T, T) and values (B, h, T, d_h)."""
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, d_in) -> (B, T, d_out): all heads, merged and projected."""
         validate_input(x, self.d_in, self.context_length,
                        like=self.W_query.weight)
         num_tokens = x.shape[1]
@@ -84,20 +83,17 @@ class MultiHeadAttention(nn.Module):
         queries = split_heads(self.W_query(x), h)  # (B, h, T, d_h)
         keys = split_heads(self.W_key(x), h)  # (B, h, T, d_h)
         values = split_heads(self.W_value(x), h)  # (B, h, T, d_h)
+        dtype = score_dtype(queries.dtype)  # float32 for float16 inputs
         # Scale the queries (B*T*d_out numbers), not the scores (B*h*T*T):
         # softmax(q k^T / sqrt(d_h)) is the same, and the queries are fewer.
-        queries = queries * self.head_dim**-0.5
-        scores = queries @ keys.transpose(2, 3)  # (B, h, T, T): one per head
+        queries = queries.to(dtype) * self.head_dim**-0.5
+        # (B, h, T, T): one score matrix per head
+        scores = queries @ keys.to(dtype).transpose(2, 3)
         # One mask for every head and every sequence, by broadcasting; filled
         # in place, since the fresh score tensor is not needed unmasked.
         mask = self.mask[:num_tokens, :num_tokens]  # (T, T)
         scores.masked_fill_(mask, float("-inf"))
-        weights = torch.softmax(scores, dim=-1)  # (B, h, T, T)
-        return weights, values
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, d_in) -> (B, T, d_out): all heads, merged and projected."""
-        weights, values = self._weights_and_values(x)  # validates x
+        weights = torch.softmax(scores, dim=-1).to(values.dtype)
         context = self.dropout(weights) @ values  # (B, h, T, d_h)
         # The heads side by side, as the wrapper's torch.cat puts them:
         context = merge_heads(context)  # (B, T, d_out)
@@ -112,84 +108,7 @@ class MultiHeadAttention(nn.Module):
             >>> mha.attention_weights(torch.rand(1, 5, 3)).shape
             torch.Size([1, 2, 5, 5])
         """
-        return self._weights_and_values(x)[0]
-
-    @classmethod
-    def from_wrapper(cls, wrapper: MultiHeadAttentionWrapper):
-        """A ``MultiHeadAttention`` that computes what ``wrapper`` does.
-
-        Its ``d_out`` is ``wrapper.num_heads * wrapper.d_out`` (the wrapper's
-        ``d_out`` is per head); it has the wrapper's dropout, bias setting,
-        device, dtype and training mode, and weights copied by
-        :func:`transfer_weights`.
-
-        Example:
-            >>> wrapper = MultiHeadAttentionWrapper(3, 2, 6, 0.0, 2)
-            >>> mha = MultiHeadAttention.from_wrapper(wrapper)
-            >>> x = torch.rand(2, 6, 3)
-            >>> mha.d_out, torch.allclose(mha(x), wrapper(x), atol=1e-6)
-            (4, True)
-        """
-        if not isinstance(wrapper, MultiHeadAttentionWrapper):
-            raise TypeError(
-                "wrapper must be a MultiHeadAttentionWrapper, got "
-                f"{type(wrapper).__name__}."
-            )
-        first = wrapper.heads[0]
-        mha = cls(
-            wrapper.d_in,
-            wrapper.num_heads * wrapper.d_out,
-            wrapper.context_length,
-            first.dropout.p,
-            wrapper.num_heads,
-            qkv_bias=first.W_query.bias is not None,
-        )
-        weight = first.W_query.weight
-        mha = mha.to(device=weight.device, dtype=weight.dtype)
-        return transfer_weights(wrapper, mha).train(wrapper.training)
-
-    @classmethod
-    @torch.no_grad()
-    def from_fast(cls, fast):
-        """A ``MultiHeadAttention`` that computes what ``fast`` does.
-
-        The inverse of :meth:`FastMultiHeadAttention.from_multihead`: the
-        fused ``qkv`` weight (and bias) of a ``FastMultiHeadAttention`` is
-        cut back into the query, key and value projections; the output
-        projection, the dropout probability, device, dtype and training
-        mode are copied.
-
-        Example:
-            >>> from mha_course import FastMultiHeadAttention
-            >>> fast = FastMultiHeadAttention(3, 4, 6, 0.0, num_heads=2)
-            >>> mha = MultiHeadAttention.from_fast(fast)
-            >>> x = torch.rand(2, 6, 3)
-            >>> torch.allclose(mha(x), fast(x), atol=1e-6)
-            True
-        """
-        # Imported here, not at the top: fast.py imports this module.
-        from .fast import FastMultiHeadAttention
-
-        if not isinstance(fast, FastMultiHeadAttention):
-            hint = (" For a wrapper use "
-                    "MultiHeadAttention.from_wrapper(wrapper)."
-                    if isinstance(fast, MultiHeadAttentionWrapper) else "")
-            raise TypeError("fast must be a FastMultiHeadAttention, got "
-                            f"{type(fast).__name__}.{hint}")
-        weight = fast.qkv.weight
-        mha = cls(
-            fast.d_in, fast.d_out, fast.context_length, fast.dropout.p,
-            fast.num_heads, qkv_bias=fast.qkv.bias is not None,
-        ).to(device=weight.device, dtype=weight.dtype)
-        weights = unstack_qkv(fast.qkv.weight)
-        biases = unstack_qkv(fast.qkv.bias)
-        projections = (mha.W_query, mha.W_key, mha.W_value)
-        for linear, w, b in zip(projections, weights, biases, strict=True):
-            linear.weight.copy_(w)
-            if b is not None:
-                linear.bias.copy_(b)
-        mha.out_proj.load_state_dict(fast.out_proj.state_dict())
-        return mha.train(fast.training)
+        return captured_attention_weights(self, x)
 
 
 @torch.no_grad()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validation import validate_bool, validate_dropout, validate_input, validate_positive_int
+from ._validation import validate_attention_args, validate_input
 from .causal_attention import CausalAttention
 
 
@@ -44,17 +44,14 @@ class MultiHeadAttentionWrapper(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, num_heads,
                  qkv_bias=False):
         super().__init__()
-        self.num_heads = validate_positive_int("num_heads", num_heads)
-        self.d_in = validate_positive_int("d_in", d_in)
-        self.d_out = validate_positive_int(
-            "d_out", d_out,
-            hint="In the wrapper d_out is the width of each head.",
+        args = validate_attention_args(
+            d_in, d_out, context_length, dropout, qkv_bias, num_heads,
+            d_out_hint="In the wrapper d_out is the width of each head.",
+            d_out_per_head=True,
         )
-        self.context_length = validate_positive_int(
-            "context_length", context_length
-        )
-        validate_dropout(dropout)
-        validate_bool("qkv_bias", qkv_bias)
+        self.d_in, self.d_out = args.d_in, args.d_out  # d_out: one head's width
+        self.num_heads = args.num_heads
+        self.context_length = args.context_length
         # Each head is a complete CausalAttention with weights of its own:
         # nothing is shared.
         self.heads = nn.ModuleList(

@@ -15,7 +15,7 @@ from mha_course import (
     MultiHeadAttentionWrapper,
 )
 from mha_course.bench.machine import cpu_memory_unsupported_reason
-from mha_course.exercises.grading_setup import platform_problem
+from mha_course.grading.grading_setup import platform_problem
 
 # tests/notebooks/ holds the grader's test inputs (some raise, hang or tamper on purpose): they are
 # read by tests/test_grader.py, never collected by nbval as chapters.

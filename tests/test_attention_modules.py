@@ -189,6 +189,23 @@ def test_float16_scores_that_overflow_unscaled_stay_finite(kind):
     assert torch.isfinite(module.attention_weights(x)).all()
 
 
+@pytest.mark.parametrize("kind", KINDS + ["fast", "fast-explicit"])
+def test_float16_inputs_near_1e4_give_what_float32_gives_not_nan(kind):
+    """Inputs of magnitude 1e4 make float16 dot products overflow even after scaling: every module
+    computes the scores and softmax in float32 for half-precision inputs, as the fused kernel does."""
+    torch.manual_seed(0)
+    module = build(kind, d_in=16, head_dim=8, num_heads=2, context_length=6).eval().half()
+    x = (torch.randn(2, 6, 16) * 1e4).half()
+    with torch.no_grad():
+        out = module(x)
+        reference = module.float()(x.float())  # the same (rounded) weights, in float32
+    assert torch.isfinite(out).all()
+    relative = (out.float() - reference).abs().max() / reference.abs().max()
+    assert relative < 1e-2, f"float16 output differs from float32 by {float(relative):.3g} (relative)"
+    module.half()
+    assert torch.isfinite(module.attention_weights(x)).all()
+
+
 # ----------------------------------------------------------------------------------------------
 # State dicts: compatible both ways with the canonical chapter's modules, and a corrupted mask refused
 

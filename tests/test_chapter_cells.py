@@ -105,3 +105,36 @@ def test_the_order_check_sees_printing_on_both_sides():
     assert not _printed_on_both_sides([stream, table, table])
     assert not _printed_on_both_sides([table, stream, stream])
     assert not _printed_on_both_sides([stream, plain, stream])
+
+
+# --------------------------------------------------------------------------------------------
+# Chapter 4 tells one story: one table or figure per question, the rest on the measurements page
+# --------------------------------------------------------------------------------------------
+
+#: The most words of prose chapter 4 may hold.
+CHAPTER_4_MAX_WORDS = 2800
+
+
+def prose_words(notebook: dict) -> int:
+    """Words of a notebook's Markdown prose: fenced blocks (code, included listings, exercises and
+    their solutions, notes) and display equations are left out; headings, lists and tables count.
+
+    Example:
+        >>> prose_words({"cells": [{"cell_type": "markdown", "source": "Two words\\n\\n$$x = 1$$\\n```{note}\\nnot me\\n```"}]})
+        2
+    """
+    import re
+
+    text = "\n".join(_text(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "markdown")
+    text = re.sub(r"```.*?```", " ", text, flags=re.S)
+    text = re.sub(r"\$\$.*?\$\$", " ", text, flags=re.S)
+    return len(text.split())
+
+
+def test_chapter_4_tells_its_story_in_at_most_2800_words_of_prose():
+    notebook = json.loads(source_of("book/04_what_heads_cost").read_text(encoding="utf-8"))
+    words = prose_words(notebook)
+    assert words <= CHAPTER_4_MAX_WORDS, (
+        f"chapter 4 holds {words} words of prose, more than {CHAPTER_4_MAX_WORDS}: move a measurement that does not "
+        "answer one of its questions to book/measurements.ipynb, or a side question to a deep dive")
+    assert prose_words({"cells": notebook["cells"][:1]}) > 0  # the count reads the chapter's text

@@ -1,10 +1,13 @@
-"""The classes a chapter teaches appear on its page as listings included from the package's source.
+"""The classes a chapter teaches appear on its page as short listings included from the package's source.
 
-A chapter shows a class with a ``{literalinclude}`` of the package file and ``:pyobject:``, trimmed
-at most of docstrings (``:lines:``, ``:start-at:`` ...). These tests read each listing exactly as
-Sphinx will (its own ``LiteralIncludeReader``), so they fail when an edit of the package moves the
-lines a chapter selects: a listing must start with the ``class`` line, hold every line of the class
-that is not a docstring, and fit the book's code column.
+A chapter shows a class with a ``{literalinclude}`` of the package file and ``:pyobject:`` (the
+class, or ``Class.__init__`` and ``Class.forward`` as separate blocks), trimmed at most of
+docstrings and of the methods the class has beside its computation (``:start-at:``, ``:end-at:``
+...). These tests read each listing exactly as Sphinx will (its own ``LiteralIncludeReader``), so
+they fail when an edit of the package moves the lines a chapter selects: the listings of a taught
+class hold every line of its constructor and ``forward`` that is not a docstring, a listing of a
+class starts with its ``class`` line, each listing is at most ``MAX_LISTING_LINES`` lines, and
+every line fits the book's code column.
 """
 
 from __future__ import annotations
@@ -18,13 +21,17 @@ from sphinx.directives.code import LiteralIncludeReader
 
 from book_pages import CODE_COLUMN, DOCNAMES, markdown_of, source_of
 
-#: The class each chapter teaches and must show in full.
+#: The class each chapter teaches, and the methods of it that the page must show in full.
 TAUGHT = {
-    "book/01_one_causal_head": ("../mha_course/causal_attention.py", "CausalAttention"),
-    "book/02_stacked_heads": ("../mha_course/wrapper.py", "MultiHeadAttentionWrapper"),
-    "book/03_batched_heads": ("../mha_course/multihead.py", "MultiHeadAttention"),
-    "book/04_what_heads_cost": ("../mha_course/fast.py", "FastMultiHeadAttention"),
+    "book/01_one_causal_head": ("../mha_course/causal_attention.py", "CausalAttention", ("__init__", "forward")),
+    "book/02_stacked_heads": ("../mha_course/wrapper.py", "MultiHeadAttentionWrapper", ("__init__", "forward")),
+    "book/03_batched_heads": ("../mha_course/multihead.py", "MultiHeadAttention", ("__init__", "forward")),
+    "book/04_what_heads_cost": ("../mha_course/fast.py", "FastMultiHeadAttention", ("__init__", "forward")),
+    "book/06_sharing_keys_and_values": ("../mha_course/grouped_query.py", "GroupedQueryAttention", ("forward",)),
 }
+
+#: The longest listing a page may show, comments included: a class a learner can hold in mind.
+MAX_LISTING_LINES = 50
 
 FENCE = re.compile(r"^(`{3,}|:{3,})\{literalinclude\}\s+(\S+)\s*\n(.*?)^\1\s*$", re.MULTILINE | re.DOTALL)
 OPTION = re.compile(r"^:([\w-]+):\s*(.*)$")
@@ -54,8 +61,8 @@ def _read(docname: str, path: str, options: dict[str, str]) -> str:
     return text
 
 
-def _class_code_lines(filename, name: str) -> list[str]:
-    """The lines of class ``name`` in ``filename``, without its own and its methods' docstrings."""
+def _code_lines(filename, name: str, methods: tuple[str, ...] | None = None) -> list[str]:
+    """The lines of class ``name`` in ``filename`` (only of ``methods``, if given), without docstrings."""
     source = filename.read_text(encoding="utf-8")
     node = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == name)
     lines = source.splitlines()
@@ -65,40 +72,74 @@ def _class_code_lines(filename, name: str) -> list[str]:
         if isinstance(inner, (ast.ClassDef, ast.FunctionDef)) and body and isinstance(body[0], ast.Expr) \
                 and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
             dropped.update(range(body[0].lineno, body[0].end_lineno + 1))
-    return [lines[i - 1] for i in range(node.lineno, node.end_lineno + 1) if i not in dropped and lines[i - 1].strip()]
+    parts = [node] if methods is None else [n for n in node.body if isinstance(n, ast.FunctionDef) and n.name in methods]
+    assert methods is None or len(parts) == len(methods), f"{name} lacks one of {methods}"
+    return [lines[i - 1] for part in parts for i in range(part.lineno, part.end_lineno + 1)
+            if i not in dropped and lines[i - 1].strip()]
 
 
 LISTINGS = [(name, path, options) for name in DOCNAMES for path, options in _listings(name)]
 
 
+def _shows(options: dict[str, str], name: str) -> bool:
+    """Whether a listing's ``:pyobject:`` is class ``name`` or one of its methods."""
+    target = options.get("pyobject", "")
+    return target == name or target.startswith(f"{name}.")
+
+
 @pytest.mark.parametrize("docname", sorted(TAUGHT))
 def test_the_chapter_shows_the_class_it_teaches(docname):
-    path, name = TAUGHT[docname]
-    shown = [options.get("pyobject") for listed, options in _listings(docname) if listed == path]
-    assert name in shown, f"{docname}: no {{literalinclude}} of {path} with :pyobject: {name}"
+    path, name, methods = TAUGHT[docname]
+    listings = [options for listed, options in _listings(docname) if listed == path and _shows(options, name)]
+    assert listings, f"{docname}: no {{literalinclude}} of {path} with :pyobject: {name} (or one of its methods)"
+    # Compared without indentation: a method's listing may be dedented (``:dedent:``).
+    shown = {line.strip() for options in listings for line in _read(docname, path, options).splitlines()}
+    missing = [line for line in _code_lines(source_of(docname).parent / path, name, methods) if line.strip() not in shown]
+    assert not missing, f"{docname}: the listings of {name} leave out code of {', '.join(methods)}: {missing}"
 
 
 @pytest.mark.parametrize("docname, path, options", LISTINGS, ids=[f"{n}:{o.get('pyobject', p)}" for n, p, o in LISTINGS])
-def test_a_listing_shows_the_whole_class_and_fits_the_code_column(docname, path, options):
+def test_a_listing_is_short_starts_at_its_class_and_fits_the_code_column(docname, path, options):
     text = _read(docname, path, options)
     shown = text.splitlines()
     too_wide = [line for line in shown if len(line) > CODE_COLUMN]
     assert not too_wide, f"{docname}: lines of {path} wider than {CODE_COLUMN} characters: {too_wide}"
+    assert len(shown) <= MAX_LISTING_LINES, (
+        f"{docname}: the listing of {options.get('pyobject', path)} is {len(shown)} lines, more than "
+        f"{MAX_LISTING_LINES}: show the constructor and forward as separate blocks, or move what is not "
+        "the computation (checks, conversions) out of the class")
     name = options.get("pyobject", "")
-    filename = source_of(docname).parent / path
-    source = filename.read_text(encoding="utf-8")
-    if not re.search(rf"^class {re.escape(name)}\b", source, re.MULTILINE):
-        return  # a function or a plain file: nothing more to check
-    assert shown[0].startswith(f"class {name}"), f"{docname}: the listing of {name} does not start at its class line"
-    missing = [line for line in _class_code_lines(filename, name) if line not in shown]
-    assert not missing, f"{docname}: the listing of {name} leaves out code, not only docstrings: {missing}"
+    source = (source_of(docname).parent / path).read_text(encoding="utf-8")
+    if re.search(rf"^class {re.escape(name)}\b", source, re.MULTILINE):
+        assert shown[0].startswith(f"class {name}"), f"{docname}: the listing of {name} does not start at its class line"
 
 
-def test_the_check_sees_a_listing_that_leaves_out_code(tmp_path):
-    """Guards the test above: a selection that cuts a method's code is caught."""
+def test_the_checks_see_a_listing_that_leaves_out_code_or_runs_long(tmp_path):
+    """Guards the tests above: a selection that cuts a method's code is caught, and so is a long class."""
     module = tmp_path / "m.py"
-    module.write_text('class A:\n    """Doc."""\n\n    def f(self):\n        return 1\n\n    def g(self):\n        return 2\n', encoding="utf-8")
+    module.write_text('class A:\n    """Doc."""\n\n    def __init__(self):\n        self.x = 1\n\n'
+                      '    def forward(self):\n        """Doc."""\n        return 2\n\n    def other(self):\n'
+                      '        return 3\n', encoding="utf-8")
     text, _ = LiteralIncludeReader(str(module), {"pyobject": "A", "lines": "1,4-5"},
                                    SimpleNamespace(source_encoding="utf-8")).read()
     shown = text.splitlines()
-    assert [line for line in _class_code_lines(module, "A") if line not in shown] == ["    def g(self):", "        return 2"]
+    needed = _code_lines(module, "A", ("__init__", "forward"))
+    assert needed == ["    def __init__(self):", "        self.x = 1", "    def forward(self):", "        return 2"]
+    assert [line for line in needed if line not in shown] == ["    def forward(self):", "        return 2"]
+    assert "        return 3" not in needed  # a method beside the computation need not be shown
+    long_class = "class B:\n" + "".join(f"    x{i} = {i}\n" for i in range(MAX_LISTING_LINES))
+    (tmp_path / "b.py").write_text(long_class, encoding="utf-8")
+    text, _ = LiteralIncludeReader(str(tmp_path / "b.py"), {"pyobject": "B"}, SimpleNamespace(source_encoding="utf-8")).read()
+    assert len(text.splitlines()) > MAX_LISTING_LINES
+
+
+@pytest.mark.parametrize("docname, path, options", LISTINGS, ids=[f"{n}:{o.get('pyobject', p)}" for n, p, o in LISTINGS])
+def test_the_jupyter_edition_shows_every_listing_as_the_book_does(docname, path, options):
+    """The student edition's Markdown holds each listing exactly as the book shows it (the class line,
+    :prepend:, every selected line), read by the same Sphinx reader."""
+    from mha_course.edition.jupyter_markdown import BookIndex, to_jupyter
+
+    jupyter = to_jupyter(markdown_of(docname), BookIndex(), source_of(docname).parent)
+    book = _read(docname, path, options).rstrip()
+    assert f"```{options.get('language', 'python')}\n{book}\n```" in jupyter, (
+        f"{docname}: the Jupyter edition's listing of {options.get('pyobject', path)} differs from the book's")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import io
+import marshal
 import re
 import sys
 
@@ -22,6 +23,8 @@ from torch import nn
 from torch.func import functional_call
 
 import chapter6_answers
+import chapter8_answers
+import chapter7_answers
 import mha_course
 from mha_course import CausalAttention, MultiHeadAttention, MultiHeadAttentionWrapper, check
 from mha_course.exercises import EXERCISES, run_check
@@ -707,6 +710,10 @@ WRONG = {
 # Chapter 6's answers live in their own module (its checks draw fresh inputs on every run).
 CORRECT.update(chapter6_answers.CORRECT)
 WRONG.update(chapter6_answers.WRONG)
+CORRECT.update(chapter8_answers.CORRECT)
+WRONG.update(chapter8_answers.WRONG)
+CORRECT.update(chapter7_answers.CORRECT)
+WRONG.update(chapter7_answers.WRONG)
 
 CATALOGUE = [(exercise.id, mistake) for exercise in EXERCISES.values() for mistake in exercise.mistakes]
 
@@ -1017,7 +1024,9 @@ def test_the_stored_models_are_the_packages_seeded_training(num_heads):
     run = train(num_heads, seed=0)
     stored = trained_model(num_heads).state_dict()
     assert stored.keys() == run.model.state_dict().keys()
-    assert all(torch.allclose(stored[name], value, atol=1e-6) for name, value in run.model.state_dict().items())
+    # Trained on another processor, whose kernels round differently: after hundreds of steps the
+    # weights agree to about 1e-5, where another seed or setting moves them by whole units.
+    assert all(torch.allclose(stored[name], value, atol=1e-4) for name, value in run.model.state_dict().items())
 
 
 def test_what_the_solution_of_5_1_says_about_the_models():
@@ -1139,14 +1148,15 @@ def test_result_displays_nothing_in_a_notebook():
 
 
 @pytest.mark.parametrize("exercise_id", list(CORRECT))
-def test_records_survive_serialisation(exercise_id, tmp_path):
-    # The grader moves records from where the answers run to its own process: the verdict must
-    # be the same on the other side.
+def test_records_survive_the_trip_to_the_grader(exercise_id):
+    # The grader moves records from the process where the answers run to its own, as marshal data
+    # (mha_course.grading.answer_probing): the verdict must be the same on the other side.
+    from mha_course.grading.answer_probing import from_message, to_message
+
     exercise = EXERCISES[exercise_id]
     for answer in (CORRECT[exercise_id], *[WRONG[(exercise_id, m.key)] for m in exercise.mistakes][:2]):
         record = probe(exercise, answer)
-        torch.save(record, tmp_path / "record.pt")
-        loaded = torch.load(tmp_path / "record.pt", weights_only=True)
+        loaded = from_message(marshal.loads(marshal.dumps(to_message(record))))
         assert judge(exercise, loaded) == judge(exercise, record)
 
 

@@ -162,7 +162,12 @@ def test_a_sweep_of_one_implementation_names_it_in_the_title_not_in_a_column():
     points = head_count_sweep((1, 2), implementations=("stacked",), d_in=4, head_dim=2, d_model=4, batch=1,
                               num_tokens=3, measure_time=False)
     table = sweep_table(points)
-    assert "implementation" not in table.columns and table.title == "implementation: stacked"
+    assert "implementation" not in table.columns and table.title == (
+        "MultiHeadAttentionWrapper (stacked) with more and more heads, in both regimes; each ratio is to the "
+        "fewest heads of the same regime")
+    one = sweep_table(head_count_sweep((2, 4), regimes=["model_width_fixed"], d_in=4, d_model=4, batch=1,
+                                       num_tokens=3, measure_time=False))
+    assert "in the model width fixed regime" in one.title
     assert table.column("heads") == [1, 2, 1, 2]
     both = sweep_table(head_count_sweep((1, 2), implementations=("stacked", "batched"), d_in=4, head_dim=2,
                                        d_model=4, batch=1, num_tokens=3, measure_time=False))

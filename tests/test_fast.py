@@ -136,7 +136,9 @@ def test_bad_inputs_name_the_argument():
         fast(random_batch(1, 6, 5))
     with pytest.raises(TypeError, match="floating-point"):
         fast(torch.ones(1, 6, 3, dtype=torch.long))
-    with pytest.raises(TypeError, match=r"mha must be a MultiHeadAttention.*from_wrapper"):
+    with pytest.raises(TypeError, match=r"mha must be a MultiHeadAttention, got MultiHeadAttentionWrapper\. Convert it "
+                                        r"first: FastMultiHeadAttention\.from_multihead\(MultiHeadAttention\.from_wrapper"
+                                        r"\(wrapper\)\)\.$"):
         FastMultiHeadAttention.from_multihead(build("wrapper"))
 
 

@@ -146,6 +146,12 @@ BOOK_FIGURES = {
             _bench_results(), configs=["small-4", "small-16", "gpt2-small"]),
     "mha_course.bench.plots.plot_decode: stored decoding run":
         lambda: _module("mha_course.bench.plots").plot_decode(_bench_results("bench-decode-cpu.json")),
+    "mha_course.bench.plots.plot_heads_map: stored heads map":
+        lambda: _module("mha_course.bench.plots").plot_heads_map(_bench_results("bench-heads-map-cpu.json")),
+    "mha_course.plots.plot_tiles: 10 tokens in tiles of 4":
+        lambda: _plots().plot_tiles(10, block_size=4),
+    "mha_course.bench.plots.plot_tiled: stored tiled run":
+        lambda: _module("mha_course.bench.plots").plot_tiled(_bench_results("bench-tiled-cpu.json")),
     "mha_course.experiments.specialisation.plots.plot_accuracy_by_heads: stored runs":
         lambda: _module("mha_course.experiments.specialisation.plots").plot_accuracy_by_heads(_specialisation()),
     "mha_course.experiments.specialisation.plots.plot_first_share_by_difference: one head, long runs":

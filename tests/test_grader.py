@@ -1,23 +1,24 @@
 """The grader on small hostile notebooks (tests/notebooks/): one that raises, one that tampers
 (redefines check, monkeypatches the package and torch, deletes an answer, forges a record), one that
-patches torch.save to forge the grader's records, one that edits the package's files on disk, one
+patches torch.save when its answer is checked, one that edits the package's files on disk, one
 whose kernel dies, one that calls exit(), and one that never ends. The grader must survive each,
-say what happened and in which cell, score only what the answers themselves earn, and leave the
-learner's files and the package untouched.
+say what happened and in which cell, score only what the answers themselves earn, and never write
+into the learner's files or the package's.
 
-Most notebooks are graded in one shared run of the grade command (a kernel and an answer process
-each, two at a time), read by the tests below.
+The hostile notebooks are graded by the grade command in a process of its own, from temporary
+copies of the notebooks and of the package (``PYTHONPATH``), never against the repository: most of
+them in one shared run (a kernel and an answer process each, two at a time), read by the tests
+below. The time limits leave room for a machine whose cores are all busy with other work.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -28,16 +29,17 @@ import torch
 from conftest import POSIX_GRADING
 from mha_course.__main__ import main
 from mha_course.exercises.definitions import defined_names, definitions
-from mha_course.exercises.grader import (GradingUnavailableError, NotebookReport, exercises_for, format_report,
+from mha_course.grading.grader import (GradingUnavailableError, NotebookReport, exercises_for, format_report,
                                          grade, grade_notebook)
-from mha_course.exercises.kernel_side import _plain, to_record
-from mha_course.exercises.package_files import PackageSnapshot
-from mha_course.exercises.report import score
+from mha_course.grading.answer_probing import from_message, to_message
+from mha_course.grading.package_files import EditWatch, PackageSnapshot
+from mha_course.grading.report import score
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = Path(__file__).parent / "notebooks"
 # hangs.ipynb first: it takes longest (a cell and an answer run into their limits), the others share the other worker.
-SHARED = ["hangs.ipynb", "raises.ipynb", "tampers.ipynb", "exits.ipynb", "patches_save.ipynb", "calls_exit.ipynb"]
+SHARED = ["hangs.ipynb", "raises.ipynb", "tampers.ipynb", "exits.ipynb", "patches_save.ipynb", "calls_exit.ipynb",
+          "edits_package.ipynb"]
 CHAPTER_5 = [
     "import copy\nimport torch\nfrom mha_course import check\nfrom mha_course.experiments.specialisation import accuracy",
     "def accuracy_drop(model, head, tokens, labels):\n    ablated = copy.deepcopy(model)\n"
@@ -52,26 +54,53 @@ CHAPTER_5 = [
 ]
 
 
+def package_copy(folder: Path) -> dict[str, str]:
+    """Copy the package into ``folder``; return the environment under which ``python -m mha_course``
+    imports that copy (it comes before the repository's editable install on ``sys.path``)."""
+    shutil.copytree(ROOT / "mha_course", folder / "mha_course", ignore=shutil.ignore_patterns("__pycache__"))
+    return {**os.environ, "PYTHONPATH": str(folder), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def sources(package: Path) -> dict[str, bytes]:
+    return {p.relative_to(package).as_posix(): p.read_bytes() for p in sorted(package.rglob("*"))
+            if p.is_file() and "__pycache__" not in p.parts}
+
+
+def grade_command(args: list[str], cwd: Path, env: dict[str, str], **popen) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "mha_course", "grade", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+# Limits for the shared run. Every answer and cell of these notebooks that ends at all takes well
+# under a second on an idle machine; with both cores busy with other work it can take many times
+# that, so the limits are wide. Only hangs.ipynb runs into them, and only it waits for them.
+CELL_LIMIT, CHECK_LIMIT = 20, 20
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """One run of the grade command over the hostile notebooks and a chapter 5 notebook."""
+    """One run of the grade command over copies of the hostile notebooks and a chapter 5 notebook,
+    against a copy of the package."""
     folder = tmp_path_factory.mktemp("grade")
-    chapter_5 = folder / "05_why_several_heads.ipynb"
+    env = package_copy(folder / "installed")
+    notebooks = folder / "notebooks"
+    shutil.copytree(NOTEBOOKS, notebooks)
+    chapter_5 = notebooks / "05_why_several_heads.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CHAPTER_5]), chapter_5)
     out = folder / "scores.json"
-    paths = [NOTEBOOKS / name for name in SHARED] + [chapter_5]
+    paths = [notebooks / name for name in SHARED] + [chapter_5]
     before = {path: path.read_bytes() for path in paths}
-    listing = sorted(NOTEBOOKS.iterdir())
-    package = PackageSnapshot()
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        returncode = main(["grade", *map(str, paths), "--json", str(out), "--timeout", "300", "--cell-timeout", "8",
-                           "--check-timeout", "4", "--jobs", "2"])
-    proc = SimpleNamespace(returncode=returncode, stdout=stdout.getvalue(), stderr=stderr.getvalue())
+    listing = sorted(notebooks.iterdir())
+    package_before = sources(folder / "installed" / "mha_course")
+    process = grade_command([*map(str, paths), "--json", str(out), "--timeout", "600", "--cell-timeout",
+                             str(CELL_LIMIT), "--check-timeout", str(CHECK_LIMIT), "--jobs", "2"], folder, env)
+    stdout, stderr = process.communicate(timeout=900)
+    proc = SimpleNamespace(returncode=process.returncode, stdout=stdout, stderr=stderr)
     scores = json.loads(out.read_text(encoding="utf-8")) if out.exists() else None
     by_name = {Path(n["notebook"]).name: n for n in scores["notebooks"]} if scores else {}
-    return SimpleNamespace(proc=proc, scores=scores, by_name=by_name, before=before, listing=listing,
-                           package_changed=package.changed(), out=out)
+    return SimpleNamespace(proc=proc, scores=scores, by_name=by_name, before=before, listing=listing, out=out,
+                           notebooks=notebooks,
+                           package_unchanged=sources(folder / "installed" / "mha_course") == package_before)
 
 
 def _statuses(notebook: dict) -> dict[str, str]:
@@ -89,10 +118,10 @@ def test_command_succeeds_with_table_json_and_progress_bar(graded):
     # The table printed is the one the JSON's reports make, then where the JSON went.
     reports = [NotebookReport.from_dict(n) for n in graded.scores["notebooks"]]
     assert out == format_report(reports) + f"\nScores written to {graded.out}\n"
-    assert "Total: 7/19 exercises passed in 7 notebook(s)" in out
-    assert "Grading" in graded.proc.stderr and "7/7" in graded.proc.stderr  # the progress line
+    assert "Total: 7/22 exercises passed in 8 notebook(s)" in out
+    assert "Grading" in graded.proc.stderr and "8/8" in graded.proc.stderr  # the progress line
     assert "Task exception" not in graded.proc.stderr  # nbclient's reader of an interrupted cell stays quiet
-    assert graded.scores["score"] == 7 and graded.scores["max_score"] == 19
+    assert graded.scores["score"] == 7 and graded.scores["max_score"] == 22
     assert [Path(n["notebook"]).name for n in graded.scores["notebooks"]] == [*SHARED, "05_why_several_heads.ipynb"]
 
 
@@ -100,8 +129,8 @@ def test_command_succeeds_with_table_json_and_progress_bar(graded):
 def test_learners_files_and_the_package_are_untouched(graded):
     for path, content in graded.before.items():
         assert path.read_bytes() == content
-    assert sorted(NOTEBOOKS.iterdir()) == graded.listing  # nothing written next to them
-    assert graded.package_changed == []
+    assert sorted(graded.notebooks.iterdir()) == graded.listing  # nothing written next to them
+    assert graded.package_unchanged  # the copy it graded with (the repository's is never involved)
 
 
 @POSIX_GRADING
@@ -135,7 +164,7 @@ def test_tampering_cannot_fake_a_pass(graded):
 
 
 @POSIX_GRADING
-def test_patching_torch_save_forges_nothing(graded):
+def test_an_answer_that_patches_torch_while_it_is_checked_is_not_scored(graded):
     notebook = graded.by_name["patches_save.ipynb"]
     # Untouched stubs stay not implemented; the stub that patches torch.save when it is called is
     # caught doing it and not scored.
@@ -172,12 +201,14 @@ def test_exit_is_blamed_on_the_cell_that_called_it(graded):
 def test_a_cell_that_never_ends_is_interrupted_and_the_notebook_goes_on(graded):
     notebook = graded.by_name["hangs.ipynb"]
     # 1.1 was defined before the endless cell; the answer to 1.2 never returns when called;
-    # 1.3 is defined after the endless cell, which was interrupted after 8 s.
+    # 1.3 is defined after the endless cell, which was interrupted after its limit.
     assert _statuses(notebook) == {"1.1": "passed", "1.2": "timed out", "1.3": "passed"}
-    assert notebook["events"] == ["timed out: cell 4 (`while True:  # a notebook that never ends`) was still running "
-                                  "after 8 s (the limit for one cell); it was interrupted"]
-    assert "causal_attention_forward was still running after 4 s" in _line(notebook, "1.2")
-    assert notebook["seconds"] < 120
+    assert notebook["events"] == [f"timed out: cell 4 (`while True:  # a notebook that never ends`) was still running "
+                                  f"after {CELL_LIMIT} s (the limit for one cell; raise it with --cell-timeout "
+                                  "SECONDS); it was interrupted"]
+    assert _line(notebook, "1.2") == (
+        f"✗ 1.2: timed out: causal_attention_forward was still running after {CHECK_LIMIT} s (the limit for "
+        "checking one answer; raise it with --check-timeout SECONDS)")
 
 
 @POSIX_GRADING
@@ -190,26 +221,58 @@ def test_a_chapter_5_notebook_is_graded_by_name_and_a_stale_verdict_is_reported(
 
 
 @POSIX_GRADING
-def test_a_notebook_that_edits_the_package_is_not_scored_and_the_next_notebook_is_unaffected(tmp_path):
-    # The grader runs from a copy of the package, in a process of its own, so the notebook's edit
-    # reaches that copy and never the repository's files.
-    installed = tmp_path / "installed"
-    shutil.copytree(ROOT / "mha_course", installed / "mha_course", ignore=shutil.ignore_patterns("__pycache__"))
-    before = {p: p.read_bytes() for p in sorted((installed / "mha_course").rglob("*.py"))}
+def test_a_notebook_that_edits_the_package_is_not_scored_and_the_others_are_unaffected(graded):
+    # The kernel imports a private copy of the package, so the notebook's edit reaches that copy,
+    # never the installed files (test_learners_files_and_the_package_are_untouched) nor the
+    # notebooks graded beside it, whose verdicts the tests above check.
+    notebook = graded.by_name["edits_package.ipynb"]
+    assert notebook["score"] == 0 and set(_statuses(notebook).values()) == {"not scored"}
+    assert notebook["events"] == ["not scored: the notebook changed the package's files (grading/answer_probing.py)"]
+
+
+WAITS_FOR_AN_EDIT = [
+    "import os, pathlib, time\nsignals = pathlib.Path(os.environ['GRADING_SIGNALS'])\n"
+    "(signals / 'running').touch()\nwhile not (signals / 'saved').exists():\n    time.sleep(0.05)",
+    "def build_causal_mask(num_tokens, device=None):\n    import torch\n"
+    "    return torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=device).triu(1)",
+]
+
+
+@POSIX_GRADING
+def test_an_edit_and_a_new_module_saved_while_grading_runs_are_kept(tmp_path):
+    """A contributor saves a module and adds one while a notebook is graded: both are there afterwards,
+    and the notebook that ran meanwhile is reported and not scored (the grader cannot tell who changed them)."""
+    env = package_copy(tmp_path / "installed")
+    package = tmp_path / "installed" / "mha_course"
+    signals = tmp_path / "signals"
+    signals.mkdir()
+    notebook = tmp_path / "01_mine.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in WAITS_FOR_AN_EDIT]), notebook)
     out = tmp_path / "scores.json"
-    env = {**os.environ, "PYTHONPATH": str(installed)}
-    proc = subprocess.run([sys.executable, "-m", "mha_course", "grade", str(NOTEBOOKS / "edits_package.ipynb"),
-                           str(NOTEBOOKS / "untouched.ipynb"), "--json", str(out), "--jobs", "1"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    edits, untouched = json.loads(out.read_text(encoding="utf-8"))["notebooks"]
-    assert edits["score"] == 0 and set(_statuses(edits).values()) == {"not scored"}
-    assert edits["events"] == ["not scored: the notebook changed the package's files (exercises/kernel_side.py); "
-                               "the installed ones were written back"]
-    assert _statuses(untouched) == {"1.1": "not implemented", "1.2": "not implemented", "1.3": "not implemented"}
-    assert untouched["events"] == [] and untouched["score"] == 0
-    # The edited file was written back.
-    assert {p: p.read_bytes() for p in sorted((installed / "mha_course").rglob("*.py"))} == before
+    process = grade_command([str(notebook), "--json", str(out), "--timeout", "600"], tmp_path,
+                            {**env, "GRADING_SIGNALS": str(signals)})
+    try:
+        waited = 0.0
+        while not (signals / "running").exists() and process.poll() is None and waited < 600:
+            time.sleep(0.1)
+            waited += 0.1
+        assert (signals / "running").exists(), process.communicate()[1]
+        edited = (package / "heads.py").read_text(encoding="utf-8") + "\n# A contributor's edit, saved while grading.\n"
+        (package / "heads.py").write_text(edited, encoding="utf-8")
+        (package / "new_module.py").write_text("NEW = True\n", encoding="utf-8")
+        (signals / "saved").touch()
+        _, stderr = process.communicate(timeout=900)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, stderr
+    assert (package / "heads.py").read_text(encoding="utf-8") == edited
+    assert (package / "new_module.py").read_text(encoding="utf-8") == "NEW = True\n"
+    [report] = json.loads(out.read_text(encoding="utf-8"))["notebooks"]
+    assert set(_statuses(report).values()) == {"not scored"}
+    [event] = report["events"]
+    assert event.startswith("not scored: the package's installed files changed while this notebook ran "
+                            "(heads.py, new_module.py). The grader never writes into them")
 
 
 WALKS_AROUND_THE_WATCH = [
@@ -232,8 +295,11 @@ def test_the_grader_refuses_an_answer_that_switches_the_watch_off_or_walks_aroun
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in WALKS_AROUND_THE_WATCH]),
                    notebook)
     out = tmp_path / "scores.json"
-    with contextlib.redirect_stdout(io.StringIO()):
-        assert main(["grade", str(notebook), "--json", str(out), "--jobs", "1"]) == 0
+    process = grade_command([str(notebook), "--json", str(out), "--timeout", "600", "--cell-timeout",
+                             str(CELL_LIMIT), "--check-timeout", str(CHECK_LIMIT)], tmp_path,
+                            package_copy(tmp_path / "installed"))
+    _, stderr = process.communicate(timeout=900)
+    assert process.returncode == 0, stderr
     [report] = json.loads(out.read_text(encoding="utf-8"))["notebooks"]
     lines = {e["id"]: e["line"] for e in report["exercises"] if e["id"] != "1.3"}
     assert _statuses(report) == {"1.1": "failed", "1.2": "failed", "1.3": "missing"}, report
@@ -258,13 +324,13 @@ def test_records_cross_the_process_boundary_unchanged():
     record = {"mask": {"kind": "tensor", "value": torch.tensor([[True, False]]), "dtype": "bool"},
               "out": torch.randn(2, 0, 3), "scalar": torch.tensor(1.5, dtype=torch.float64), "n": 3, "nested": [(1, "a")],
               "odd": object()}
-    back = to_record(_plain(record))
+    back = from_message(to_message(record))
     assert torch.equal(back["mask"]["value"], record["mask"]["value"])
     assert back["out"].shape == (2, 0, 3) and back["scalar"].dtype == torch.float64 and back["scalar"].item() == 1.5
     assert back["n"] == 3 and back["nested"] == [(1, "a")] and back["odd"]["kind"] == "object"
 
 
-def test_the_package_snapshot_finds_and_writes_back_edits(tmp_path):
+def test_the_package_snapshot_finds_edits_and_writes_nothing_back(tmp_path):
     package = tmp_path / "mha_course"
     (package / "exercises").mkdir(parents=True)
     (package / "__init__.py").write_text("X = 1\n", encoding="utf-8")
@@ -273,14 +339,20 @@ def test_the_package_snapshot_finds_and_writes_back_edits(tmp_path):
     (package / "exercises" / "checks.py").write_text("OK = False\n", encoding="utf-8")
     (package / "extra.py").write_text("", encoding="utf-8")
     (package / "__pycache__").mkdir()
-    (package / "__pycache__" / "checks.cpython-311.pyc").write_bytes(b"forged")  # not counted, but deleted
+    (package / "__pycache__" / "checks.cpython-311.pyc").write_bytes(b"compiled")  # any import writes these
     assert snapshot.changed() == ["exercises/checks.py", "extra.py"]
-    snapshot.restore()
-    assert snapshot.changed() == [] and (package / "exercises" / "checks.py").read_text(encoding="utf-8") == "OK = True\n"
-    assert not (package / "extra.py").exists() and not (package / "__pycache__" / "checks.cpython-311.pyc").exists()
+    watch = EditWatch(snapshot)
+    first, second = watch.start(), watch.start()
+    assert watch.finish(first) == ["exercises/checks.py", "extra.py"]
+    assert watch.finish(second) == ["exercises/checks.py", "extra.py"]  # it was running when they were found
+    later = watch.start()
+    assert watch.finish(later) == []  # reported once, to the notebooks running then
+    assert (package / "exercises" / "checks.py").read_text(encoding="utf-8") == "OK = False\n"
+    assert (package / "extra.py").exists() and (package / "__pycache__" / "checks.cpython-311.pyc").exists()
     copy = snapshot.write_copy(tmp_path / "copy")
+    assert (copy / "mha_course" / "exercises" / "checks.py").read_text(encoding="utf-8") == "OK = True\n"
     (copy / "mha_course" / "__init__.py").write_text("X = 2\n", encoding="utf-8")
-    assert snapshot.changed_in(copy) == ["__init__.py"] and snapshot.changed() == []
+    assert snapshot.changed_in(copy) == ["__init__.py"]
 
 
 def test_exercises_are_found_by_check_calls_and_chapter_file_names(tmp_path):

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import CUDA
-from mha_course import GroupedQueryAttention, MultiHeadAttention, random_batch
+from mha_course import (FastMultiHeadAttention, GroupedQueryAttention, MultiHeadAttention, MultiHeadAttentionWrapper,
+                        random_batch)
 from mha_course.cost import count_parameters
 
 TOL = dict(rtol=1e-5, atol=1e-6)
@@ -134,8 +135,23 @@ def test_num_kv_groups_must_divide_num_heads():
         GroupedQueryAttention(8, 4, 6, 0.0, num_heads=2, num_kv_groups=2.0)
     with pytest.raises(ValueError, match=r"num_kv_groups \(3\) must divide num_heads \(4\)"):
         GroupedQueryAttention.from_multihead(MultiHeadAttention(8, 8, 6, 0.0, 4), num_kv_groups=3)
-    with pytest.raises(TypeError, match=r"mha must be a MultiHeadAttention, got GroupedQueryAttention.*from_fast"):
-        GroupedQueryAttention.from_multihead(GroupedQueryAttention(8, 8, 6, 0.0, 4, 2), num_kv_groups=2)
+
+
+@pytest.mark.parametrize("source, hint", [
+    ("gqa", r"got GroupedQueryAttention\. It already shares key/value heads; build a new GroupedQueryAttention"),
+    ("wrapper", r"got MultiHeadAttentionWrapper\. Convert it first: GroupedQueryAttention\.from_multihead\("
+                r"MultiHeadAttention\.from_wrapper\(wrapper\), num_kv_groups\)"),
+    ("fast", r"got FastMultiHeadAttention\. Convert it first: GroupedQueryAttention\.from_multihead\("
+             r"MultiHeadAttention\.from_fast\(fast\), num_kv_groups\)"),
+])
+def test_from_multihead_refuses_another_module_with_the_hint_that_fits(source, hint):
+    """A GroupedQueryAttention is not converted by from_wrapper or from_fast: the hint says what is."""
+    module = {"gqa": GroupedQueryAttention(8, 8, 6, 0.0, 4, 2), "wrapper": MultiHeadAttentionWrapper(8, 2, 6, 0.0, 4),
+              "fast": FastMultiHeadAttention(8, 8, 6, 0.0, 4)}[source]
+    with pytest.raises(TypeError, match=r"mha must be a MultiHeadAttention, " + hint) as raised:
+        GroupedQueryAttention.from_multihead(module, num_kv_groups=2)
+    if source == "gqa":
+        assert "from_wrapper" not in str(raised.value) and "from_fast" not in str(raised.value)
 
 
 @CUDA

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from itertools import pairwise
 
 import pytest
@@ -125,10 +127,44 @@ def test_a_batch_size_mismatch_is_refused():
 
 def test_a_cache_shared_between_layers_is_refused():
     cache = KVCache()
-    _gqa(num_kv_groups=2)(random_batch(1, 3, 5), cache=cache)
-    with pytest.raises(ValueError, match=r"holds 2 key/value heads of width 2, the new keys have 1 of width 2.*"
-                                         r"each attention layer its own KVCache"):
+    _gqa(num_kv_groups=2)(random_batch(1, 3, 5), cache=cache)  # a layer gone since
+    with pytest.raises(ValueError, match=r"another layer \(one that no longer exists\), filled for 3 positions: "
+                                         r"each attention layer needs its own KVCache\(\)"):
         _gqa(num_kv_groups=1)(random_batch(1, 1, 5), cache=cache)
+    assert len(cache) == 3  # left as it was
+
+
+def test_a_cache_filled_by_another_layer_of_the_same_shape_is_refused():
+    """Same shapes, so nothing but the owner tells the layers apart: accepting it gave a wrong output."""
+    torch.manual_seed(0)
+    first, second = _gqa(num_kv_groups=2), _gqa(num_kv_groups=2)
+    x = random_batch(1, 4, 5)
+    cache = KVCache()
+    first(x[:, :3], cache=cache)
+    with pytest.raises(ValueError, match=r"another layer \(GroupedQueryAttention\).*each attention layer needs "
+                                         r"its own KVCache\(\).*cache\.reset\(\)"):
+        second(x[:, 3:], cache=cache)
+    assert len(cache) == 3
+    cache.reset()  # a new sequence: the cache may serve another layer
+    second(x[:, :3], cache=cache)
+    torch.testing.assert_close(second(x[:, 3:], cache=cache), second(x[:, :4])[:, 3:])
+
+
+def test_a_cache_filled_with_gradients_on_can_be_deep_copied():
+    """Keys computed with gradients are not graph leaves, which torch refuses to deepcopy by itself."""
+    gqa = _gqa(num_kv_groups=2)
+    x = random_batch(1, 4, 5)
+    cache = KVCache()
+    gqa(x[:, :3], cache=cache)
+    assert cache.keys.requires_grad
+    twin = copy.deepcopy(cache)
+    assert len(twin) == 3 and not twin.keys.requires_grad
+    assert torch.equal(twin.keys, cache.keys) and torch.equal(twin.values, cache.values)
+    twin.keys.add_(1.0)  # its own tensors: the original is untouched
+    assert not torch.equal(twin.keys, cache.keys)
+    with torch.no_grad():  # the copy still serves the layer that filled it
+        step = gqa(x[:, 3:], cache=copy.deepcopy(cache))
+        torch.testing.assert_close(step, gqa(x[:, :4])[:, 3:])
 
 
 def test_a_dtype_or_device_change_is_refused():

@@ -16,7 +16,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "mha_course"
-LAYERS: dict[str, list[str]] = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mha_course"]["layers"]
+_CONTRACT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mha_course"]
+LAYERS: dict[str, list[str]] = _CONTRACT["layers"]
+# Within the tools: what each of the exercises' packages may import of the others.
+TOOL_LAYERS: dict[str, list[str]] = _CONTRACT["tool_layers"]
 LAYER_OF = {name: layer for layer, names in LAYERS.items() for name in names}
 MAY_IMPORT = {"core": {"core"}, "aids": {"core", "aids"}, "tools": {"core", "aids", "tools"}}
 
@@ -73,7 +76,23 @@ def violations(path: Path) -> list[str]:
             target_layer = "aids"  # importing the package's public names runs its __init__
         if target_layer not in MAY_IMPORT[layer]:
             bad.append(f"{path.relative_to(REPO)}:{line}: {source} ({layer}) imports {target} ({target_layer})")
+        elif layer == "tools" and not _tool_may_import(source, target):
+            bad.append(f"{path.relative_to(REPO)}:{line}: {source} ({_tool_of(source)}) imports {target} "
+                       f"({_tool_of(target)})")
     return bad
+
+
+def _tool_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _tool_may_import(source: str, target: str) -> bool:
+    """Between the packages listed in [tool.mha_course.tool_layers]: each imports itself and those it lists."""
+    mine, theirs = _tool_of(source), _tool_of(target)
+    if mine not in TOOL_LAYERS or theirs not in TOOL_LAYERS or mine == theirs:
+        return True
+    return theirs in TOOL_LAYERS[mine]
 
 
 MODULES = sorted(PACKAGE.rglob("*.py"))
@@ -110,6 +129,110 @@ def test_the_contract_catches_a_bad_import(tmp_path, monkeypatch):
         "mha_course/cost.py:2: mha_course.cost (aids) imports mha_course.bench.run (tools)"]
     assert violations(fake / "bench" / "run.py") == []  # a tool may import the core and the aids
     assert violations(fake / "__init__.py") == []  # the root loads tools lazily only
+
+
+# --- No import circles ---------------------------------------------------------------------------------
+
+
+def import_graph(paths: list[Path]) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, every import counted (at the top or inside a function).
+
+    Importing a package's module also runs the package's ``__init__``; only the imports written in a
+    file are edges, so a module is not in a circle with the package it belongs to.
+    """
+    graph = {module_name(path): set() for path in paths}
+    for path in paths:
+        source = module_name(path)
+        graph[source] |= {target for _, target in imported_modules(path) if target != source and target in graph}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every circle of imports, each once, as the modules in order of import (strongly connected parts)."""
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            part = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                part.append(member)
+                if member == node:
+                    break
+            if len(part) > 1 or node in graph[node]:
+                cycles.append(sorted(part))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(cycles)
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    """Not even inside a function: a circle means two modules that can only be understood together."""
+    cycles = import_cycles(import_graph(MODULES))
+    assert not cycles, ("modules that import each other, directly or through others (move what both need into "
+                        "one module, or split reading from writing):\n" + "\n".join(" <-> ".join(c) for c in cycles))
+
+
+def test_the_circle_check_catches_a_planted_circle(tmp_path, monkeypatch):
+    """The check itself: the circles the package once had, planted in a copy, are found; a chain is not."""
+    fake = tmp_path / "mha_course"
+    files = {
+        "__init__": "from .multihead import MultiHeadAttention\nfrom .fast import FastMultiHeadAttention\n",
+        "multihead": "def from_fast(fast):\n    from .fast import FastMultiHeadAttention  # lazily: still a circle\n",
+        "fast": "from .multihead import MultiHeadAttention\n",
+        "masking": "",
+        "bench/__init__": "from .run import run\n",
+        "bench/results": "def write():\n    from .plots import save_plot\n",
+        "bench/plots": "from .results import lookup\ndef plot():\n    from .decode import decode_rows\n",
+        "bench/decode": "from .results import select\nfrom .run import observed_run\n",
+        "bench/run": "from .results import add_ratios\nfrom ..masking import causal_mask\n",
+    }
+    for name, text in files.items():
+        (fake / f"{name}.py").parent.mkdir(parents=True, exist_ok=True)
+        (fake / f"{name}.py").write_text(text, encoding="utf-8")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    paths = sorted(fake.rglob("*.py"))
+    assert import_cycles(import_graph(paths)) == [
+        ["mha_course.bench.decode", "mha_course.bench.plots", "mha_course.bench.results", "mha_course.bench.run"],
+        ["mha_course.fast", "mha_course.multihead"],
+    ]
+    (fake / "multihead.py").write_text("", encoding="utf-8")  # the conversion moved out
+    (fake / "bench" / "results.py").write_text("", encoding="utf-8")  # writing files moved out
+    assert import_cycles(import_graph(paths)) == []
+def test_the_contract_keeps_the_checks_grading_and_the_edition_apart(tmp_path, monkeypatch):
+    """The checks import neither grading nor the edition; grading and the edition never import each other."""
+    fake = tmp_path / "mha_course"
+    for name in ("exercises/chapter1", "grading/grader", "edition/student", "notebook_files", "cli"):
+        (fake / f"{name}.py").parent.mkdir(parents=True, exist_ok=True)
+    (fake / "exercises" / "chapter1.py").write_text("from ..grading import grader\n", encoding="utf-8")
+    (fake / "grading" / "grader.py").write_text(
+        "from ..exercises import chapter1\nfrom ..notebook_files import x\nfrom ..edition import student\n",
+        encoding="utf-8")
+    (fake / "edition" / "student.py").write_text("from ..exercises import chapter1\n", encoding="utf-8")
+    (fake / "notebook_files.py").write_text("", encoding="utf-8")
+    (fake / "cli.py").write_text("def f():\n    from .grading import grader\n    from .edition import student\n",
+                                 encoding="utf-8")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    assert violations(fake / "exercises" / "chapter1.py") == [
+        "mha_course/exercises/chapter1.py:1: mha_course.exercises.chapter1 (exercises) imports "
+        "mha_course.grading.grader (grading)"]
+    assert violations(fake / "grading" / "grader.py") == [
+        "mha_course/grading/grader.py:3: mha_course.grading.grader (grading) imports mha_course.edition.student "
+        "(edition)"]
+    assert violations(fake / "edition" / "student.py") == []
+    assert violations(fake / "cli.py") == []  # the command line runs them all
 
 
 # --- No module reaches into another's private names --------------------------------------------------

@@ -28,6 +28,27 @@ def test_plot_attention_one_panel_per_head():
     plt.close(fig)
 
 
+def test_plot_attention_leaves_the_masked_upper_triangle_empty():
+    scores = torch.randn(2, 4, 4).masked_fill(torch.triu(torch.ones(4, 4, dtype=torch.bool), 1), float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    fig = plot_attention(weights)
+    # numbers on and below the diagonal only: 4 + 3 + 2 + 1 per head
+    assert [len(ax.texts) for ax in fig.axes] == [10, 10]
+    assert fig.axes[0].texts[1].get_text() == format(float(weights[0, 1, 0]), ".2f")
+    plt.close(fig)
+    # a weight of 0 on or below the diagonal is still shown
+    fig = plot_attention(torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
+    assert [t.get_text() for t in fig.axes[0].texts] == ["1.00", "0.00", "1.00"]
+    plt.close(fig)
+
+
+def test_plot_attention_without_numbers_draws_a_colour_bar():
+    fig = plot_attention(torch.softmax(torch.randn(4, 4), dim=-1), fmt=None)
+    assert len(fig.axes[0].texts) == 0 and len(fig.axes) == 2  # the panel and its colour bar
+    assert fig.axes[1].get_ylabel() == "attention weight"
+    plt.close(fig)
+
+
 def test_plot_attention_rejects_batch_dimension():
     with pytest.raises(ValueError, match=r"weights must have shape \(T, T\) or \(num_heads, T, T\), got \(1, 2, 4, 4\)"):
         plot_attention(torch.rand(1, 2, 4, 4))

@@ -14,6 +14,9 @@ import sys
 import textwrap
 import tomllib
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -21,9 +24,7 @@ SCRIPT = textwrap.dedent('''
     import json, os, pathlib, sys
 
     # A platform without the tools' packages installed (only the core's dependencies), and without
-    # tqdm, which torch.hub imports when it happens to be installed (the course does not use it), ...
-    sys.modules["tqdm"] = None
-    # ... and without the POSIX pieces the memory measurement needs.
+    # the POSIX pieces the memory measurement needs.
     sys.modules["resource"] = None
     for name in ("fork", "getloadavg"):
         if hasattr(os, name):
@@ -41,7 +42,8 @@ SCRIPT = textwrap.dedent('''
 
     import mha_course
     report = {"after_import": sorted(m for m, module in sys.modules.items() if module is not None and m.startswith(
-        ("mha_course.exercises", "mha_course.bench", "mha_course.experiments", "tqdm", "nbclient", "nbformat")))}
+        ("mha_course.exercises", "mha_course.grading", "mha_course.edition", "mha_course.notebook_files",
+         "mha_course.bench", "mha_course.experiments", "nbclient", "nbformat")))}
 
     from mha_course import bench
     from mha_course.experiments import specialisation
@@ -79,19 +81,54 @@ def test_without_posix_or_tools_the_package_works_and_memory_is_skipped_with_a_m
     assert "peak memory is not measured: this platform" in done.stderr
 
 
-def test_import_loads_no_tool_beyond_what_torch_loads():
+# One fresh interpreter for the two tests below: `import torch`, `import mha_course`, then the command
+# line's parser, then the exercise registry, noting the modules each step loads.
+LOADING = textwrap.dedent('''
+    import sys
+    def loaded(*prefixes):
+        return sorted(m for m in sys.modules if m.startswith(prefixes))
+    import torch
+    before = set(sys.modules)
+    import mha_course
+    added = sorted(set(sys.modules) - before)
+    from mha_course.cli import build_parser
+    build_parser().parse_args(["grade", "x.ipynb"])
+    parser = loaded("mha_course.exercises", "mha_course.edition", "mha_course.grading.grader", "nbformat", "nbclient")
+    import mha_course.exercises as exercises
+    chapters_before = loaded("mha_course.exercises.chapter")
+    count = len(exercises.EXERCISES)
+    print([added, parser, chapters_before, loaded("mha_course.exercises.chapter"), count])
+''')
+
+
+@pytest.fixture(scope="module")
+def loading():
+    done = subprocess.run([sys.executable, "-c", LOADING], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    added, parser, before, after, count = eval(done.stdout.splitlines()[-1])  # lists of module names, a count
+    return SimpleNamespace(added=added, parser=parser, before=before, after=after, count=count)
+
+
+def test_import_loads_no_tool_beyond_what_torch_loads(loading):
     """With every dependency installed, `import mha_course` adds no tool module to what `import torch` loads.
 
-    (torch itself imports tqdm when it happens to be installed, in ``torch.hub``; the course does not depend
-    on tqdm, so on a fresh install the check ``import mha_course`` then lists no tool module at all.)
+    (torch itself may import tqdm, which the course's progress bars use, in ``torch.hub``: that is torch's
+    doing, so tqdm counts only when ``import mha_course`` adds it.)
     """
-    code = ("import sys, torch; before = set(sys.modules); import mha_course; "
-            "print(sorted(set(sys.modules) - before))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    added = eval(done.stdout)  # a list of module names
-    assert not [m for m in added if m.startswith(("mha_course.exercises", "mha_course.bench", "mha_course.experiments",
+    added = loading.added
+    assert not [m for m in added if m.startswith(("mha_course.exercises", "mha_course.grading", "mha_course.edition",
+                                                   "mha_course.notebook_files", "mha_course.bench", "mha_course.experiments",
                                                    "tqdm", "nbclient", "nbformat", "ipykernel"))], added
     # Only the core and the example data: the layers are read from pyproject.toml, as the layer test reads them.
     core = set(tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mha_course"]["layers"]["core"])
     assert {m.split(".")[1] for m in added if m.startswith("mha_course.")} <= core | {"data"}
+
+
+def test_the_command_line_and_the_exercise_registry_load_the_checks_only_when_used(loading):
+    """Building the command line's parser imports no check, grader or notebook library; importing the
+    exercises package imports no chapter's checks until the registry is read."""
+    assert loading.parser == [] and loading.before == []
+    chapters = {p.stem for p in (REPO / "mha_course" / "exercises").glob("chapter*.py")
+                if p.stem.removeprefix("chapter").isdigit()}
+    assert set(loading.after) == {f"mha_course.exercises.{name}" for name in chapters}
+    assert loading.count >= len(chapters)

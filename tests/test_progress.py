@@ -13,9 +13,10 @@ import pytest
 
 from conftest import POSIX_GRADING
 from mha_course.__main__ import main
-from mha_course.exercises import EXERCISES, grader
-from mha_course.exercises import progress as progress_module
-from mha_course.exercises.progress import CACHE_NAME, chapter_notebooks, progress
+from mha_course.exercises import EXERCISES
+from mha_course.grading import grader
+from mha_course.grading import progress as progress_module
+from mha_course.grading.progress import CACHE_NAME, chapter_notebooks, progress
 
 NOTEBOOKS = Path(__file__).parent / "notebooks"
 CHAPTERS = sorted({e.chapter for e in EXERCISES.values()})

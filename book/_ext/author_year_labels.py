@@ -20,40 +20,11 @@ from pybtex.plugin import register_plugin
 from pybtex.style.formatting.alpha import Style as AlphaStyle
 from pybtex.style.labels import BaseLabelStyle
 
+# The one author-year rule, shared with the student edition's citations.
+from mha_course.edition.bibliography import author_year, surnames
+
 LABEL_STYLE = "course_author_year"
 FORMAT_STYLE = "course_author_year"
-
-
-def author_year(surnames: list[str], year: str) -> str:
-    """The label of a work by ``surnames`` (in order) published in ``year``.
-
-    Example:
-        >>> author_year(["Shazeer"], "2019")
-        'Shazeer, 2019'
-        >>> author_year(["Michel", "Levy"], "2019")
-        'Michel and Levy, 2019'
-        >>> author_year(["Vaswani", "Shazeer", "Parmar"], "2017")
-        'Vaswani et al., 2017'
-    """
-    if not surnames:
-        names = "Anonymous"
-    elif len(surnames) == 1:
-        names = surnames[0]
-    elif len(surnames) == 2:
-        names = f"{surnames[0]} and {surnames[1]}"
-    else:
-        names = f"{surnames[0]} et al."
-    return f"{names}, {year}" if year else names
-
-
-def _surnames(entry) -> list[str]:
-    people = entry.persons.get("author") or entry.persons.get("editor") or []
-    return [" ".join(person.prelast_names + person.last_names) for person in people]
-
-
-def _plain(text: str) -> str:
-    # BibTeX braces that protect capitals ("{GQA}") are not part of a name.
-    return text.replace("{", "").replace("}", "")
 
 
 def unique(labels: list[str]) -> list[str]:
@@ -79,7 +50,7 @@ class AuthorYearLabels(BaseLabelStyle):
     """pybtex label style: "Vaswani et al., 2017", as the chapters cite the work."""
 
     def format_labels(self, sorted_entries):
-        labels = [author_year([_plain(s) for s in _surnames(e)], e.fields.get("year", "")) for e in sorted_entries]
+        labels = [author_year(surnames(e), e.fields.get("year", "")) for e in sorted_entries]
         yield from unique(labels)
 
 

@@ -16,26 +16,39 @@ The package, one concern per module:
 * :mod:`~mha_course.bench.memory` - peak memory in a fresh child process (POSIX only; imported
   only by a run that measures it);
 * :mod:`~mha_course.bench.run` - the run itself;
-* :mod:`~mha_course.bench.results` and :mod:`~mha_course.bench.plots` - files, tables, figures;
+* :mod:`~mha_course.bench.results` and :mod:`~mha_course.bench.plots` - results read back, tables,
+  figures; :mod:`~mha_course.bench.files` - a run's files written (JSON, CSV, PNG);
 * :mod:`~mha_course.bench.decode` - ``bench --decode`` (chapter 6): the time to generate one token
-  with and without a key/value cache, at several lengths, in the same results format.
+  with and without a key/value cache, at several lengths, in the same results format;
+  :mod:`~mha_course.bench.decode_results` reads its results back;
+* :mod:`~mha_course.bench.heads_map` - ``bench --heads-map`` (chapter 3): batched over stacked heads
+  across sequence lengths x numbers of heads at one model width, with the processor's cache sizes;
+  :mod:`~mha_course.bench.heads_map_results` reads its results back;
+* :mod:`~mha_course.bench.tiled` - ``bench --tiled`` (chapter 7): peak memory and time of attention
+  with the explicit scores, the tiled loop and the fused kernel, against the length.
 
 The implementations themselves, and how to add one, are in :mod:`mha_course.implementations`.
 Importing this package, and reading results, works on any operating system.
 """
 
 from ..implementations import IMPLEMENTATIONS, Implementation, build_implementations
-from .decode import (DECODE_IMPLEMENTATIONS, DECODE_MODE, decode_rows, decode_steps, decode_summary, decode_table,
-                     run_decode_benchmark)
-from .machine import MachineState, matmul_ceiling, stability_warnings
-from .plots import plot_decode, plot_relative_times, plot_results
+from .decode import decode_steps, run_decode_benchmark
+from .decode_results import DECODE_IMPLEMENTATIONS, DECODE_MODE, decode_rows, decode_summary, decode_table
+from .files import write_results
+from .heads_map import run_heads_map
+from .heads_map_results import (HEADS_MAP, HEADS_MAP_IMPLEMENTATIONS, heads_map_cells, heads_map_summary,
+                                heads_map_table)
+from .machine import MachineState, cache_sizes, matmul_ceiling, stability_warnings
+from .plots import plot_decode, plot_heads_map, plot_relative_times, plot_results, plot_tiled
 from .results import (BASELINES, FORMAT_VERSION, add_ratios, compare_times, load_results, lookup, results_table,
-                      select, summary, write_results)
+                      select, summary)
 from .run import run_benchmark
-from .settings import BenchSettings, DecodeSettings
-from .sizes import (ALL_CONFIGS, ALL_DECODE_CONFIGS, CONFIGS, DECODE_CONFIGS, QUICK_CONFIGS, QUICK_DECODE_CONFIGS,
-                    BenchConfig)
+from .settings import BenchSettings, DecodeSettings, HeadsMapSettings
+from .sizes import (ALL_CONFIGS, ALL_DECODE_CONFIGS, ALL_HEADS_MAP_CONFIGS, CONFIGS, DECODE_CONFIGS, HEADS_MAP_CONFIGS,
+                    QUICK_CONFIGS, QUICK_DECODE_CONFIGS, QUICK_HEADS_MAP_CONFIGS, BenchConfig)
 from .steps import MODE_LABELS, MODES, build_for, make_step
+from .tiled import (TILED_CONFIGS, TILED_IMPLEMENTATIONS, TiledSettings, run_tiled_benchmark, tiled_rows,
+                    tiled_summary, tiled_table)
 
 __all__ = [
     "IMPLEMENTATIONS", "Implementation", "build_implementations", "build_for", "make_step", "MODES", "MODE_LABELS",
@@ -44,5 +57,9 @@ __all__ = [
     "write_results", "load_results", "select", "lookup", "compare_times", "results_table", "summary",
     "plot_results", "plot_relative_times", "DecodeSettings", "DECODE_CONFIGS", "QUICK_DECODE_CONFIGS", "ALL_DECODE_CONFIGS",
     "DECODE_IMPLEMENTATIONS", "DECODE_MODE", "run_decode_benchmark", "decode_steps", "decode_rows", "decode_table",
-    "decode_summary", "plot_decode",
+    "decode_summary", "plot_decode", "HeadsMapSettings", "HEADS_MAP_CONFIGS", "QUICK_HEADS_MAP_CONFIGS",
+    "ALL_HEADS_MAP_CONFIGS", "HEADS_MAP", "HEADS_MAP_IMPLEMENTATIONS", "run_heads_map", "heads_map_cells",
+    "heads_map_table", "heads_map_summary", "plot_heads_map", "cache_sizes",
+    "TiledSettings", "TILED_CONFIGS", "TILED_IMPLEMENTATIONS", "run_tiled_benchmark",
+    "tiled_rows", "tiled_table", "tiled_summary", "plot_tiled",
 ]

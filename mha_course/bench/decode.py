@@ -26,23 +26,12 @@ from ..cost import grouped_query_multiply_adds
 from ..data import random_batch
 from ..grouped_query import GroupedQueryAttention
 from ..kv_cache import KVCache
-from ..progress_bar import ProgressBar
-from ..tables import Table
+from tqdm import tqdm
 from ..timing import time_interleaved, time_once
-from .results import run_header, select, threads_text
+from .decode_results import DECODE_IMPLEMENTATIONS, DECODE_MODE
 from .run import observed_run, prepare_run
 from .settings import DecodeSettings
 from .sizes import BenchConfig
-
-#: The mode every row of a decoding run has.
-DECODE_MODE = "decode"
-
-#: The two ways of producing the next token's output, by name.
-DECODE_IMPLEMENTATIONS = {
-    "recompute": "no cache: the layer on all T tokens again, the last output kept",
-    "kv_cache": "KVCache: the layer on the new token only, reading the T - 1 cached keys and values",
-}
-
 
 def decode_steps(config: BenchConfig, device, seed: int = 0):
     """The two ways of computing token ``config.num_tokens``'s output, as no-argument callables.
@@ -96,12 +85,12 @@ def run_decode_benchmark(settings: DecodeSettings) -> dict:
         ``kv_cache``, ``cache_bytes`` (the keys and values the layer's cache holds).
     """
     device = prepare_run(settings, DecodeSettings, "DecodeSettings.for_command(...)")
-    bar = ProgressBar(2 + len(settings.configs), "bench --decode", enabled=settings.progress)
+    bar = tqdm(total=2 + len(settings.configs), desc="bench --decode", disable=not settings.progress)
 
     def measure() -> list[dict]:
         rows = []
         for config in settings.configs:
-            bar.set_note(f"{config.name}: recompute and kv_cache")
+            bar.set_postfix_str(f"{config.name}: recompute and kv_cache")
             rows += _length(config, device, settings)
             bar.update()
         return rows
@@ -132,52 +121,3 @@ def _length(config: BenchConfig, device: torch.device, settings: DecodeSettings)
             row["cache_bytes"] = cache_bytes
         rows.append(row)
     return rows
-
-
-def decode_rows(results: dict) -> list[tuple[dict, dict]]:
-    """``(recompute row, kv_cache row)`` for every length of a decoding run, shortest first.
-
-    Example:
-        >>> rows = [{"config": "decode-8", "implementation": n, "mode": "decode", "num_tokens": 8}
-        ...         for n in ("recompute", "kv_cache")]
-        >>> [(a["implementation"], b["implementation"]) for a, b in decode_rows({"rows": rows})]
-        [('recompute', 'kv_cache')]
-    """
-    pairs = {}
-    for row in select(results, mode=DECODE_MODE):
-        pairs.setdefault(row["num_tokens"], {})[row["implementation"]] = row
-    missing = [t for t, pair in pairs.items() if set(pair) != set(DECODE_IMPLEMENTATIONS)]
-    if missing or not pairs:
-        raise ValueError("these results hold no complete decoding rows (recompute and kv_cache at every "
-                         f"length){f'; incomplete at {missing} tokens' if missing else ''}. Write them with "
-                         "`python -m mha_course bench --decode`.")
-    return [(pairs[t]["recompute"], pairs[t]["kv_cache"]) for t in sorted(pairs)]
-
-
-def decode_table(results: dict) -> Table:
-    """Time per generated token with and without the cache, with the ratio measured in the run.
-
-    ``× faster`` is the ratio of the two medians; ``× work`` the ratio of the multiply-adds of the
-    two steps: recomputing a sequence of ``T`` tokens is ``T`` times the work of the cached step
-    (:func:`mha_course.cost.grouped_query_multiply_adds`).
-    """
-    rows = [[recompute["num_tokens"], recompute["median_s"], cached["median_s"],
-             recompute["median_s"] / cached["median_s"], cached["cache_bytes"],
-             recompute["multiply_adds"] / cached["multiply_adds"]]
-            for recompute, cached in decode_rows(results)]
-    meta = results["meta"]
-    config = results["configs"][0]["description"].split(":")[0] if results.get("configs") else "one layer"
-    title = (f"One generated token, {config}: median time per token on {meta['device_name']} "
-             f"({meta['device']}, {threads_text(meta)})")
-    notes = ["× faster: the median time without the cache over the one with it, one run.",
-             "cache held: one layer's keys and values, once the new token is in.",
-             "× work: the multiply-adds of recomputing over the cached step's (= T)."]
-    return Table(["tokens T", "no cache", "with cache", "× faster", "cache held", "× work"], rows, title=title,
-                 formats={"no cache": "time", "with cache": "time", "× faster": ".1f", "cache held": "bytes",
-                          "× work": "count"}, notes=notes)
-
-
-def decode_summary(results: dict) -> str:
-    """A plain-text summary of a decoding run: the machine (:func:`~mha_course.bench.results.run_header`),
-    then the table."""
-    return f"{run_header(results['meta'])}\n\n{decode_table(results)}"

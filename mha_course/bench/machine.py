@@ -228,6 +228,89 @@ def cpu_memory_unsupported_reason() -> str | None:
     return None
 
 
+#: Where :func:`cache_sizes` reads the processor's caches on Linux.
+SYSFS_CPU = Path("/sys/devices/system/cpu")
+
+
+def _size_bytes(text: str) -> int:
+    """``48K``, ``2048K``, ``32M`` or ``49152`` (sysfs and lscpu's ways of writing a size) in bytes."""
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    factor = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+    return int(float(text.rstrip("KMG")) * factor)
+
+
+def _cpu_count(cpu_list: str) -> int:
+    """How many processors a list such as ``0-1,4`` names."""
+    count = 0
+    for part in cpu_list.strip().split(","):
+        low, _, high = part.partition("-")
+        count += int(high or low) - int(low) + 1 if low else 0
+    return count
+
+
+def cache_sizes(sysfs: Path = SYSFS_CPU, lscpu: str | None = None) -> dict:
+    """The processor's data caches, as the operating system reports them: level, size, shared by how many cores.
+
+    Read from Linux's ``sysfs`` (``cpu0/cache/index*``); where that is absent, from the output of
+    ``lscpu --caches --bytes`` (``lscpu`` is that output, for a test; by default the command is run
+    when present). Instruction caches are left out. Returns ``{"source": ..., "caches": [...]}``, each
+    cache ``{"name": "L2", "level": 2, "bytes": ..., "shared_by": cores}``, smallest level first;
+    ``source`` is ``"sysfs"``, ``"lscpu"`` or ``"unavailable"`` (macOS, Windows: ``caches`` is then empty).
+
+    Example:
+        >>> found = cache_sizes()
+        >>> found["source"] in ("sysfs", "lscpu", "unavailable"), all(c["bytes"] > 0 for c in found["caches"])
+        (True, True)
+    """
+    caches = []
+    for index in sorted((Path(sysfs) / "cpu0" / "cache").glob("index*")):
+        try:
+            kind = (index / "type").read_text(encoding="utf-8").strip()
+            level = int((index / "level").read_text(encoding="utf-8"))
+            size = _size_bytes((index / "size").read_text(encoding="utf-8"))
+            shared = _cpu_count((index / "shared_cpu_list").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if kind != "Instruction":
+            caches.append({"name": f"L{level}" + ("d" if kind == "Data" else ""), "level": level, "bytes": size,
+                           "shared_by": shared})
+    if caches:
+        return {"source": "sysfs", "caches": sorted(caches, key=lambda c: c["level"])}
+    if lscpu is None:
+        import shutil
+        import subprocess
+
+        command = shutil.which("lscpu")
+        if command:
+            try:
+                lscpu = subprocess.run([command, "--caches", "--bytes"], capture_output=True, text=True,
+                                       timeout=10, check=True).stdout
+            except (OSError, subprocess.SubprocessError):
+                lscpu = None
+    caches = _lscpu_caches(lscpu or "")
+    return {"source": "lscpu" if caches else "unavailable", "caches": caches}
+
+
+def _lscpu_caches(output: str) -> list[dict]:
+    """The data caches in the table ``lscpu --caches --bytes`` prints (NAME ONE-SIZE ALL-SIZE ... TYPE LEVEL)."""
+    lines = [line.split() for line in output.splitlines() if line.strip()]
+    if not lines or "NAME" not in lines[0]:
+        return []
+    header = lines[0]
+    caches = []
+    for fields in lines[1:]:
+        row = dict(zip(header, fields))
+        try:
+            one, total, level = _size_bytes(row["ONE-SIZE"]), _size_bytes(row["ALL-SIZE"]), int(row["LEVEL"])
+        except (KeyError, ValueError):
+            continue
+        if row.get("TYPE") != "Instruction":
+            # ALL-SIZE adds up every instance: the cores over the instances share one.
+            shared = max(1, round((os.cpu_count() or 1) * one / total)) if total else None
+            caches.append({"name": row["NAME"], "level": level, "bytes": one, "shared_by": shared})
+    return sorted(caches, key=lambda c: c["level"])
+
+
 def device_name(device: torch.device) -> str:
     """The GPU's name, or the CPU's model name where the platform says it."""
     if device.type == "cuda":

@@ -27,6 +27,7 @@ import torch
 from ..data import random_batch
 from .sizes import BenchConfig
 from .steps import MODES, build_for, make_step
+from .tiled_steps import tiled_calls
 
 # ru_maxrss is in kilobytes on Linux and in bytes on macOS.
 _MAXRSS_SCALE = 1 if sys.platform == "darwin" else 1024
@@ -55,6 +56,19 @@ def _cpu_memory_child(config: BenchConfig, name: str, mode: str, threads: int, c
     impls, _ = build_for(config, "cpu", [name])
     x = random_batch(config.batch, config.num_tokens, config.d_in, seed=1)
     step = make_step(impls[name], mode, x)
+    result = first_call_peak(step)
+    faults = None
+    if calls:  # steady state: the faults of each later call
+        faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(calls):
+            step()
+        faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before) / calls
+    return {"peak_bytes": result["peak_bytes"], "minor_faults_per_call": faults, "peak_method": result["peak_method"]}
+
+
+def first_call_peak(step) -> dict:
+    """The growth of this process's peak resident memory during ``step()``: ``peak_bytes`` and
+    ``peak_method``. Call it in a fresh child process, once, after a warm-up."""
     gc.collect()
     exact = _peak_reset_supported()
     if exact:
@@ -67,14 +81,7 @@ def _cpu_memory_child(config: BenchConfig, name: str, mode: str, threads: int, c
         peak = _status_bytes("VmHWM") - before
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _MAXRSS_SCALE - before
-    faults = None
-    if calls:  # steady state: the faults of each later call
-        faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        for _ in range(calls):
-            step()
-        faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before) / calls
-    return {"peak_bytes": max(int(peak), 0), "minor_faults_per_call": faults,
-            "peak_method": "VmHWM growth" if exact else "ru_maxrss growth"}
+    return {"peak_bytes": max(int(peak), 0), "peak_method": "VmHWM growth" if exact else "ru_maxrss growth"}
 
 
 #: The line the memory server writes once it has warmed up and waits for requests.
@@ -97,8 +104,11 @@ class CpuMemoryProbe:
         if self._server.stdout.readline().strip() != READY:
             raise RuntimeError(f"the memory server did not start (exit code {self._server.poll()}); see its stderr.")
 
-    def measure(self, config: BenchConfig, name: str, mode: str, threads: int, calls: int) -> dict:
-        request = {"config": asdict(config), "name": name, "mode": mode, "threads": threads, "calls": calls}
+    def measure(self, config: BenchConfig, name: str, mode: str, threads: int, calls: int, **request) -> dict:
+        """The peak memory of one call; a ``benchmark="tiled"`` request goes to
+        :func:`tiled_memory_child` with the rest of ``request``."""
+        request = {"config": asdict(config), "name": name, "mode": mode, "threads": threads, "calls": calls,
+                   **request}
         self._server.stdin.write(json.dumps(request) + "\n")
         self._server.stdin.flush()
         line = self._server.stdout.readline()
@@ -119,6 +129,23 @@ class CpuMemoryProbe:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def tiled_memory_child(config: BenchConfig, name: str, mode: str, threads: int, calls: int,
+                       block_size: int) -> dict:
+    """Runs in a fresh child process of the memory server: the peak memory of one call of ``name``."""
+    torch.set_num_threads(threads)
+    tiny = BenchConfig("warm-up", 1, 2 * block_size, 8, 1, 8, "")
+    tiled_calls(tiny, block_size)[name]()  # loads the code paths once, as the main benchmark does
+    step = tiled_calls(config, block_size)[name]
+    return first_call_peak(lambda: step())
+
+
+def _child_for(request: dict):
+    """The function that measures ``request`` (the ``benchmark`` key, if any, is taken out)."""
+    if request.pop("benchmark", None) == "tiled":
+        return tiled_memory_child
+    return _cpu_memory_child
 
 
 def serve(requests=sys.stdin, replies=sys.stdout) -> None:
@@ -147,7 +174,7 @@ def serve(requests=sys.stdin, replies=sys.stdout) -> None:
             os.close(read_end)
             try:
                 request["config"] = BenchConfig(**request["config"])
-                payload = {"result": _cpu_memory_child(**request)}
+                payload = {"result": _child_for(request)(**request)}
             except BaseException as error:  # report every failure to the parent
                 payload = {"error": f"{type(error).__name__}: {error}"}
             with os.fdopen(write_end, "w") as pipe:

@@ -1,6 +1,8 @@
 """The benchmark's figures: bar charts of one metric per (mode, size), times relative to one
-implementation with a panel per size (chapter 4), and the time per generated token with and
-without a key/value cache (chapter 6).
+implementation with a panel per size (chapter 4), the time per generated token with and
+without a key/value cache (chapter 6), peak memory and time with and without the score matrix
+(chapter 7), and the map of batched over stacked time across sequence
+lengths and numbers of heads (chapter 3).
 
 Every figure is drawn in the book's house style (:func:`mha_course.plots.house_style`), at most the
 book's column wide. matplotlib is imported only when a figure is drawn, so that reading results
@@ -12,6 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
+from .decode_results import DECODE_IMPLEMENTATIONS, decode_rows
+from .heads_map_results import heads_map_cells
 from .results import lookup, select, threads_text
 from .steps import MODES
 
@@ -146,7 +150,6 @@ def plot_decode(results: dict):
     from matplotlib.ticker import FuncFormatter
 
     from ..plots import SEQUENTIAL_CMAP, book_figsize, house_style
-    from .decode import DECODE_IMPLEMENTATIONS, decode_rows
 
     pairs = decode_rows(results)
     tokens = [recompute["num_tokens"] for recompute, _ in pairs]
@@ -174,6 +177,129 @@ def plot_decode(results: dict):
     return fig
 
 
+def plot_heads_map(results: dict):
+    """The heads map at a glance: batched ÷ stacked time in every cell of tokens ``T`` x heads ``h``.
+
+    Each cell is coloured by the ratio (a log scale centred on 1) and shows it; a thick line runs
+    between the cells where the batched module is faster beyond the run's spread and the others;
+    hatched cells, marked ``tie``, are within the run's own spread (the tie band).
+
+    Example:
+        >>> rows = [{"config": f"c{t}{h}", "implementation": "batched", "mode": "forward", "num_tokens": t,
+        ...          "num_heads": h, "vs_stacked": r, "verdict": v}
+        ...         for t, h, r, v in ((8, 1, 1.0, "tie"), (8, 4, 0.5, "batched"), (16, 1, 1.5, "stacked"),
+        ...                            (16, 4, 2.0, "stacked"))]
+        >>> fig = plot_heads_map({"rows": rows, "meta": {"threads": 1}})
+        >>> [t.get_text() for t in fig.axes[0].texts]
+        ['1.00\\ntie', '0.50', '1.50', '2.00']
+    """
+    import math
+
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.colors import LogNorm
+    from matplotlib.patches import Rectangle
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    from ..plots import SEQUENTIAL_CMAP, book_figsize, house_style
+
+    cells = heads_map_cells(results)
+    tokens = sorted({t for t, _ in cells})
+    heads = sorted({h for _, h in cells})
+    ratio = np.full((len(tokens), len(heads)), np.nan)
+    for i, t in enumerate(tokens):
+        for j, h in enumerate(heads):
+            if (t, h) in cells:
+                ratio[i, j] = cells[(t, h)]["vs_stacked"]
+    reach = max(math.log2(1.5), float(np.nanmax(np.abs(np.log2(ratio)))))
+    norm = LogNorm(2 ** -reach, 2 ** reach)
+    cmap = plt.get_cmap(SEQUENTIAL_CMAP)
+    with house_style():
+        fig, ax = plt.subplots(figsize=book_figsize(1.0, aspect=0.6), layout="constrained")
+        image = ax.imshow(ratio, cmap=cmap, norm=norm, origin="lower", aspect="auto")
+        for i, t in enumerate(tokens):
+            for j, h in enumerate(heads):
+                cell = cells.get((t, h))
+                if cell is None:
+                    continue
+                tie = cell["verdict"] == "tie"
+                red, green, blue, _ = cmap(norm(cell["vs_stacked"]))
+                ink = "black" if 0.299 * red + 0.587 * green + 0.114 * blue > 0.5 else "white"
+                if tie:
+                    ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", lw=0,
+                                           edgecolor=ink, alpha=0.35))
+                ax.text(j, i, f"{cell['vs_stacked']:.2f}" + ("\ntie" if tie else ""), ha="center", va="center",
+                        color=ink, fontsize=9, linespacing=0.95)
+        # The border of the region where batching wins: between a cell it wins and a neighbour it does not.
+        wins = {key: cell["verdict"] == "batched" for key, cell in cells.items()}
+        for i, t in enumerate(tokens):
+            for j, h in enumerate(heads):
+                here = wins.get((t, h))
+                if j + 1 < len(heads) and here is not None and wins.get((t, heads[j + 1])) not in (None, here):
+                    ax.plot([j + 0.5, j + 0.5], [i - 0.5, i + 0.5], color="black", linestyle="-", lw=2.5, solid_capstyle="butt")
+                if i + 1 < len(tokens) and here is not None and wins.get((tokens[i + 1], h)) not in (None, here):
+                    ax.plot([j - 0.5, j + 0.5], [i + 0.5, i + 0.5], color="black", linestyle="-", lw=2.5, solid_capstyle="butt")
+        ax.set_xticks(range(len(heads)), [str(h) for h in heads])
+        ax.set_yticks(range(len(tokens)), [str(t) for t in tokens])
+        ax.set_xlabel("heads h (the model width fixed: each head 1/h of it)")
+        ax.set_ylabel("tokens T per sequence")
+        threads = results.get("meta", {}).get("threads")
+        ax.set_title("batched ÷ stacked time, forward" + (f", {threads_text(results['meta'])}" if threads else ""))
+        bar = fig.colorbar(image, ax=ax, shrink=0.9, pad=0.02)
+        marks = [v for v in (0.25, 0.5, 0.67, 1.0, 1.5, 2.0, 4.0) if 2 ** -reach <= v <= 2 ** reach]
+        bar.ax.yaxis.set_major_locator(FixedLocator(marks))
+        bar.ax.yaxis.set_minor_locator(NullLocator())
+        bar.ax.set_yticklabels([f"{v:g}" for v in marks])
+        bar.set_label("below 1: batched faster; above 1: slower")
+    return fig
+
+
+def plot_tiled(results: dict):
+    """Peak memory (left) and median time (right) against the length, for the explicit scores,
+    the tiled loop and the fused kernel of a tiled run (log-log).
+
+    Example:
+        >>> rows = [{"config": f"tiled-{t}", "implementation": n, "mode": "tiled", "num_tokens": t,
+        ...          "median_s": 1e-3 * f, "iqr_s": 0.0, "peak_bytes": int(2**20 * f * t)}
+        ...         for t in (256, 512) for n, f in (("scores", 4), ("tiled", 1), ("sdpa", 0.5))]
+        >>> fig = plot_tiled({"rows": rows})
+        >>> fig.axes[0].get_legend_handles_labels()[1]
+        ['explicit scores', 'tiled loop (Python)', 'fused kernel (SDPA)']
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    from ..plots import OKABE_ITO, book_figsize, house_style
+    from .tiled import tiled_rows
+    from .tiled_steps import TILED_IMPLEMENTATIONS
+
+    by_name = tiled_rows(results)
+    labels = {"scores": "explicit scores", "tiled": "tiled loop (Python)", "sdpa": "fused kernel (SDPA)"}
+    markers, dashes = {"scores": "o", "tiled": "s", "sdpa": "^"}, {"scores": "-", "tiled": "--", "sdpa": ":"}
+    with house_style():
+        fig, (memory, time) = plt.subplots(1, 2, figsize=book_figsize(1.0, aspect=0.46), layout="constrained")
+        for index, name in enumerate(TILED_IMPLEMENTATIONS):
+            rows = by_name[name]
+            tokens = [r["num_tokens"] for r in rows]
+            style = dict(color=OKABE_ITO[index], marker=markers[name], linestyle=dashes[name], lw=1.8,
+                         label=labels[name])
+            memory.plot(tokens, [max(r["peak_bytes"], 1) / 2**20 for r in rows], **style)
+            time.plot(tokens, [r["median_s"] * 1e3 for r in rows], **style)
+        for ax, ylabel in ((memory, "peak memory of one call (MiB)"), (time, "median time (ms)")):
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ticks = [r["num_tokens"] for r in by_name["sdpa"]]
+            ax.set_xticks(ticks, [str(t) for t in ticks])
+            ax.minorticks_off()
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+            ax.set_xlabel("tokens T")
+            ax.set_ylabel(ylabel)
+            ax.grid(True, which="major", alpha=0.3)
+        handles, names = memory.get_legend_handles_labels()
+        fig.legend(handles, names, loc="outside lower center", ncol=3, frameon=False)
+    return fig
+
+
 def _save(figure, path) -> Path:
     import matplotlib.pyplot as plt
 
@@ -193,3 +319,13 @@ def save_plot(results: dict, path) -> Path:
 def save_decode_plot(results: dict, path) -> Path:
     """Draw :func:`plot_decode`, save it as ``path`` (PNG) and close it; return the path."""
     return _save(plot_decode(results), path)
+
+
+def save_heads_map_plot(results: dict, path) -> Path:
+    """Draw :func:`plot_heads_map`, save it as ``path`` (PNG) and close it; return the path."""
+    return _save(plot_heads_map(results), path)
+
+
+def save_tiled_plot(results: dict, path) -> Path:
+    """Draw :func:`plot_tiled`, save it as ``path`` (PNG) and close it; return the path."""
+    return _save(plot_tiled(results), path)

@@ -1,4 +1,4 @@
-"""The benchmark's results: written as JSON and CSV, read back, looked up, compared and tabulated.
+"""The benchmark's results: read back, looked up, compared and tabulated (:mod:`~mha_course.bench.files` writes them).
 
 Nothing here measures or needs a POSIX system: chapter 4 reads the stored files through these
 functions on any operating system.
@@ -6,7 +6,6 @@ functions on any operating system.
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
@@ -57,39 +56,23 @@ DECODE_CSV_FIELDS = ["config", "implementation", "mode", "num_tokens", "median_s
                      "multiply_adds", "flops_per_s", "ceiling_fraction", "max_abs_diff", "cache_bytes"]
 
 
+#: The CSV columns of a heads map (``bench --heads-map``, ``meta.benchmark == "heads-map"``).
+HEADS_MAP_CSV_FIELDS = ["config", "implementation", "mode", "num_tokens", "num_heads", "head_dim", "median_s", "iqr_s",
+                        "runs", "vs_stacked", "verdict", "multiply_adds", "flops_per_s", "ceiling_fraction",
+                        "max_abs_diff", "score_bytes_one", "score_bytes_all"]
+
+#: The CSV columns of a tiled run (``bench --tiled``, ``meta.benchmark == "tiled"``).
+TILED_CSV_FIELDS = ["config", "implementation", "mode", "num_tokens", "median_s", "iqr_s", "runs", "vs_sdpa",
+                    "score_bytes", "peak_bytes", "multiply_adds", "flops_per_s", "ceiling_fraction", "max_abs_diff"]
+
+
 def results_stem(device: str, label: str | None = None, benchmark: str | None = None) -> str:
     """File name stem of a results file: ``bench-cpu``, ``bench-cuda-quick``, ``bench-decode-cpu``, ..."""
     return "bench-" + (f"{benchmark}-" if benchmark else "") + device + (f"-{label}" if label else "")
 
 
-def write_results(results: dict, out_dir, label: str | None = None, plot: bool = True) -> list[Path]:
-    """Write ``results`` to ``out_dir`` as JSON, CSV and (with ``plot``) PNG; return the paths.
-
-    A decoding run (``results["meta"]["benchmark"] == "decode"``) is written as
-    ``bench-decode-DEVICE[-LABEL]``, with its own CSV columns and figure.
-    """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    benchmark = results["meta"].get("benchmark")
-    stem = results_stem(results["meta"]["device"], label, benchmark)
-    paths = [out_dir / f"{stem}.json", out_dir / f"{stem}.csv"]
-    paths[0].write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-    with paths[1].open("w", newline="", encoding="utf-8") as handle:
-        fields = DECODE_CSV_FIELDS if benchmark == "decode" else CSV_FIELDS
-        writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
-        writer.writeheader()
-        for row in results["rows"]:
-            writer.writerow(row)
-    if plot:
-        from .plots import save_decode_plot, save_plot
-
-        save = save_decode_plot if benchmark == "decode" else save_plot
-        paths.append(save(results, out_dir / f"{stem}.png"))
-    return paths
-
-
 def load_results(path) -> dict:
-    """Read a results file written by :func:`write_results`, checking its format version."""
+    """Read a results file written by :func:`~mha_course.bench.files.write_results`, checking its format version."""
     path = Path(path)
     results = json.loads(path.read_text(encoding="utf-8"))
     version = results.get("meta", {}).get("format_version")

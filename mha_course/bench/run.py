@@ -25,7 +25,7 @@ from ..cost import class_d_out, multiply_adds
 from ..data import random_batch
 from ..device import get_device
 from ..implementations import IMPLEMENTATIONS
-from ..progress_bar import ProgressBar
+from tqdm import tqdm
 from ..timing import SLOW_CALL_S, time_interleaved, time_once
 from .machine import cpu_memory_unsupported_reason, metadata, observe, stability
 from .results import FORMAT_VERSION, add_ratios
@@ -79,7 +79,7 @@ def prepare_run(settings, kind: type, example: str) -> torch.device:
     return device
 
 
-def observed_run(settings, device: torch.device, bar: ProgressBar, measure, implementations: dict,
+def observed_run(settings, device: torch.device, bar: tqdm, measure, implementations: dict,
                  memory: bool = False, benchmark: str | None = None) -> dict:
     """The frame of every run: the matmul ceiling and the load observed at the start, the rows of
     ``measure()``, the ceiling and load again at the end; then each measured row's fraction of the
@@ -89,11 +89,11 @@ def observed_run(settings, device: torch.device, bar: ProgressBar, measure, impl
     threads = torch.get_num_threads()
     started = time.perf_counter()
     ceiling_time = min(settings.min_run_time, 0.5)
-    bar.set_note("matmul ceiling and load, at the start")
+    bar.set_postfix_str("matmul ceiling and load, at the start")
     start = observe(device, settings.ceiling_size, ceiling_time)
     bar.update()
     rows = measure()
-    bar.set_note("matmul ceiling and load, at the end")
+    bar.set_postfix_str("matmul ceiling and load, at the end")
     end = observe(device, settings.ceiling_size, ceiling_time)
     bar.update()
     bar.close()
@@ -118,7 +118,7 @@ class _Run:
         self.settings, self.device, self.memory, self.probe = settings, device, memory, probe
         self.threads = torch.get_num_threads()
         total = 2 + len(settings.configs) * len(settings.modes) * len(settings.implementations)
-        self.bar = ProgressBar(total, "bench", enabled=settings.progress)
+        self.bar = tqdm(total=total, desc="bench", disable=not settings.progress)
 
     def results(self) -> dict:
         s = self.settings
@@ -135,7 +135,7 @@ class _Run:
             reference = impls["batched"].forward(x) if "batched" in impls else None
         checked, forward_time = {}, {}  # name -> max |output - textbook output|, and that call's seconds
         for name, impl in impls.items():  # the check is also the first (warm-up) forward call
-            self.bar.set_note(f"{config.name}: checking {name}")
+            self.bar.set_postfix_str(f"{config.name}: checking {name}")
             for module in impl.modules:
                 module.eval()
             with torch.no_grad():
@@ -152,13 +152,13 @@ class _Run:
                     # A warm-up, untimed: the first training step in a process also loads code (the
                     # first backward pass with a given gradient imports sympy). A step costs about
                     # three forward passes.
-                    self.bar.set_note(f"{config.name} {mode}: warming up {name}")
+                    self.bar.set_postfix_str(f"{config.name} {mode}: warming up {name}")
                     steps[name]()
                     one_call[name] *= 3
             label = f"{config.name} {mode}"
             timings = time_interleaved(
                 steps, rounds=s.rounds, min_run_time=s.min_run_time, call_seconds=one_call,
-                on_call=lambda r, name, label=label: self.bar.set_note(f"{label}: round {r + 1}/{s.rounds}, {name}"))
+                on_call=lambda r, name, label=label: self.bar.set_postfix_str(f"{label}: round {r + 1}/{s.rounds}, {name}"))
             for name in s.implementations:
                 row = {"config": config.name, "implementation": name, "mode": mode}
                 if name in skipped:
@@ -176,7 +176,7 @@ class _Run:
         row.update(median_s=timing.median, iqr_s=timing.iqr, runs=timing.runs, multiply_adds=work,
                    flops_per_s=2 * work / timing.median, max_abs_diff=max_abs_diff)
         if self.memory:
-            self.bar.set_note(f"{config.name} {mode}: memory of {impl.name}")
+            self.bar.set_postfix_str(f"{config.name} {mode}: memory of {impl.name}")
             if self.probe is not None:
                 # Page faults of a slow training step are skipped: one more call of many seconds.
                 slow = one_call >= SLOW_CALL_S and mode != "forward"

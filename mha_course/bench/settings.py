@@ -1,7 +1,8 @@
 """Everything that configures a benchmark run, checked once.
 
 :class:`BenchSettings` for the implementations of chapter 4, :class:`DecodeSettings` for the decoding
-benchmark of chapter 6 (``bench --decode``).
+benchmark of chapter 6 (``bench --decode``), :class:`HeadsMapSettings` for the heads map of chapter 3
+(``bench --heads-map``).
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from typing import ClassVar, Sequence
 
 from .._validation import validate_non_negative_int, validate_positive_int
 from ..implementations import IMPLEMENTATIONS, validate_names
-from .sizes import (ALL_CONFIGS, ALL_DECODE_CONFIGS, CONFIGS, DECODE_CONFIGS, QUICK_CONFIGS, QUICK_DECODE_CONFIGS,
-                    BenchConfig)
+from .sizes import (ALL_CONFIGS, ALL_DECODE_CONFIGS, ALL_HEADS_MAP_CONFIGS, CONFIGS, DECODE_CONFIGS,
+                    HEADS_MAP_CONFIGS, QUICK_CONFIGS, QUICK_DECODE_CONFIGS, QUICK_HEADS_MAP_CONFIGS, BenchConfig)
 from .steps import MODES
 
 
@@ -149,5 +150,34 @@ class DecodeSettings(RunSettings):
                     **options) -> "DecodeSettings":
         """The settings of ``python -m mha_course bench --decode``, with the defaults of ``bench``."""
         return cls._for_command(ALL_DECODE_CONFIGS, QUICK_DECODE_CONFIGS if quick else DECODE_CONFIGS,
+                                quick=quick, configs=configs, min_run_time=min_run_time, rounds=rounds,
+                                threads=threads, **options)
+
+
+@dataclass(frozen=True)
+class HeadsMapSettings(RunSettings):
+    """How to run the heads map (``bench --heads-map``): batched over stacked heads, forward, at every cell.
+
+    Its sizes are the cells of a map (HEADS_MAP_CONFIGS or QUICK_HEADS_MAP_CONFIGS values), and the
+    two implementations, stacked and batched, take turns in every round.
+
+    Example:
+        >>> s = HeadsMapSettings.for_command(quick=True)
+        >>> len(s.configs), s.configs[0].name, s.min_run_time, s.threads
+        (6, 'map-tiny-T8-h1', 0.02, 1)
+        >>> HeadsMapSettings.for_command(configs=["small-4"])  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+            ...
+        ValueError: unknown configs ['small-4']: choose from map-T32-h1, map-T32-h2, ..., map-tiny-T16-h4.
+    """
+
+    example_config: ClassVar[str] = "HEADS_MAP_CONFIGS['map-T256-h4']"
+
+    @classmethod
+    def for_command(cls, *, quick: bool = False, configs: Sequence[str] | None = None,
+                    min_run_time: float | None = None, rounds: int | None = None, threads: int | None = None,
+                    **options) -> "HeadsMapSettings":
+        """The settings of ``python -m mha_course bench --heads-map``, with the defaults of ``bench``."""
+        return cls._for_command(ALL_HEADS_MAP_CONFIGS, QUICK_HEADS_MAP_CONFIGS if quick else HEADS_MAP_CONFIGS,
                                 quick=quick, configs=configs, min_run_time=min_run_time, rounds=rounds,
                                 threads=threads, **options)

@@ -63,3 +63,25 @@ QUICK_DECODE_CONFIGS = _by_name(*(_decode(n, 32, 4, 8, "a tiny layer (width 32, 
 
 #: Every decoding size by name, full and quick.
 ALL_DECODE_CONFIGS = {**DECODE_CONFIGS, **QUICK_DECODE_CONFIGS}
+
+
+# The heads map (``bench --heads-map``, chapter 3): the batched module against the stacked heads
+# over sequence lengths x numbers of heads, at one model width (h * d_h fixed) and one batch, so
+# that only the split into heads and the length change from cell to cell.
+def _heads_map(num_tokens: int, num_heads: int, batch: int, width: int, prefix: str) -> BenchConfig:
+    return BenchConfig(f"{prefix}-T{num_tokens}-h{num_heads}", batch, num_tokens, width, num_heads,
+                       width // num_heads, f"batch {batch}, {num_tokens} tokens, width {width}, "
+                       f"{num_heads} head{'s' if num_heads > 1 else ''} of {width // num_heads}")
+
+
+#: The model width and batch of the heads map: those of the full run's small sizes (small-4, small-16).
+HEADS_MAP_WIDTH, HEADS_MAP_BATCH = 256, 8
+#: The sequence lengths and numbers of heads of the heads map (every number of heads divides the width).
+HEADS_MAP_TOKENS, HEADS_MAP_HEADS = (32, 64, 128, 256, 512), (1, 2, 4, 8, 16, 32)
+#: The cells of the heads map, by name (``map-T256-h4`` is the full run's small-4).
+HEADS_MAP_CONFIGS = _by_name(*(_heads_map(t, h, HEADS_MAP_BATCH, HEADS_MAP_WIDTH, "map")
+                               for t in HEADS_MAP_TOKENS for h in HEADS_MAP_HEADS))
+#: The cells of ``bench --heads-map --quick``: a tiny map, for CI.
+QUICK_HEADS_MAP_CONFIGS = _by_name(*(_heads_map(t, h, 2, 16, "map-tiny") for t in (8, 16) for h in (1, 2, 4)))
+#: Every cell of a heads map by name, full and quick.
+ALL_HEADS_MAP_CONFIGS = {**HEADS_MAP_CONFIGS, **QUICK_HEADS_MAP_CONFIGS}

@@ -1,6 +1,6 @@
 """The course's exercises, and the checks that grade them.
 
-Every exercise has an id (``"1.1"`` ... ``"6.3"``: chapter, then number), a name the learner's
+Every exercise has an id (``"1.1"`` ... ``"8.1"``: chapter, then number), a name the learner's
 answer goes by in the chapter notebook, checks that test its behaviour against the package's
 reference on inputs drawn afresh for every run, and a catalogue of typical mistakes with the
 feedback meant for each. One call checks an answer and prints one line::
@@ -20,32 +20,46 @@ An answer that is, or calls, the package's own answer to the exercise does not p
     >>> _ = check("1.1", causal_mask)
     ✗ 1.1: written by you: expected code of your own, got mha_course's own causal_mask. This is mha_course's own causal_mask: write it yourself.
 
-The tools around the checks: :mod:`mha_course.exercises.student` writes the student edition of
-the chapter notebooks, :mod:`mha_course.exercises.grader` scores completed notebooks.
+The exercises of chapter N are the list ``EXERCISES`` of the module ``chapterN`` (found by its
+name: a new chapter's module needs no other line); ``EXERCISES`` here gathers them all, by id,
+on first use. The tools around the checks: :mod:`mha_course.edition.student` writes the student
+edition of the chapter notebooks, :mod:`mha_course.grading.grader` scores completed notebooks.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import chapter1, chapter2, chapter3, chapter4, chapter5, chapter6
 from .framework import (ERROR, FAILED, MISSING, NOT_IMPLEMENTED, PASSED, CheckResult, Exercise,
                         error_result, judge, probe)
 from .shortcuts import Shortcut
+from . import registry
+from .registry import chapter_modules
 
-#: Every exercise of the course by id, in the order of the book.
-EXERCISES: dict[str, Exercise] = {
-    exercise.id: exercise
-    for exercise in (*chapter1.EXERCISES, *chapter2.EXERCISES, *chapter3.EXERCISES, *chapter4.EXERCISES, *chapter5.EXERCISES,
-                     *chapter6.EXERCISES)
-}
+
+def _registry() -> dict[str, Exercise]:
+    return registry.build(chapter_modules())
+
+
+def __getattr__(name: str):
+    # EXERCISES is built on first use, so that importing this package (say, for the command line's
+    # parser) does not import every chapter's checks.
+    if name == "EXERCISES":
+        globals()["EXERCISES"] = found = registry.exercises()
+        return found
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+#: Every exercise of the course by id, in the order of the book (built on first use).
+EXERCISES: dict[str, Exercise]
 
 
 def run_check(exercise_id: str, answer: Any) -> CheckResult:
     """Check ``answer`` for exercise ``exercise_id`` without printing; never raises."""
-    exercise = EXERCISES.get(str(exercise_id))
+    registry = globals().get("EXERCISES") or __getattr__("EXERCISES")
+    exercise = registry.get(str(exercise_id))
     if exercise is None:
-        return error_result(exercise_id, f"no exercise has this id; the exercises are {', '.join(EXERCISES)}.")
+        return error_result(exercise_id, f"no exercise has this id; the exercises are {', '.join(registry)}.")
     try:
         return judge(exercise, probe(exercise, answer))
     except Exception as error:  # a bug in a check must not take the learner's notebook down
@@ -88,6 +102,7 @@ __all__ = [
     "EXERCISES",
     "check",
     "run_check",
+    "chapter_modules",
     "CheckResult",
     "Exercise",
     "PASSED",

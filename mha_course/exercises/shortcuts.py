@@ -61,6 +61,7 @@ from pathlib import Path, PurePath
 from typing import Any, Iterable
 
 from .records import Failed, plain
+from .registry import exercises
 
 # Record keys.
 CALLS_KEY = "__shortcuts_called__"  # labels of the watched functions the answer called, in order
@@ -345,9 +346,7 @@ def package(*targets, why: str = "") -> tuple[Shortcut, ...]:
 
 def check_modules() -> list[str]:
     """The modules of the checks, those where the exercises' probes are written, in the book's order."""
-    from . import EXERCISES  # here, not at the top: the check modules import this one
-
-    return list(dict.fromkeys(exercise.probe.__module__ for exercise in EXERCISES.values()))
+    return list(dict.fromkeys(exercise.probe.__module__ for exercise in exercises().values()))
 
 
 def check_internals() -> tuple[Shortcut, ...]:
@@ -604,8 +603,11 @@ def called(record: dict, label: str) -> bool:
 
 def attention_modules(*, keep: tuple = ()) -> tuple[Shortcut, ...]:
     """The package's attention modules (all but those in ``keep``, the exercise's building blocks)."""
-    from .. import (CausalAttention, FastMultiHeadAttention, GroupedQueryAttention, MultiHeadAttention,
-                    MultiHeadAttentionWrapper)
+    from ..causal_attention import CausalAttention
+    from ..fast import FastMultiHeadAttention
+    from ..grouped_query import GroupedQueryAttention
+    from ..multihead import MultiHeadAttention
+    from ..wrapper import MultiHeadAttentionWrapper
     from ..interop import from_torch_multihead, sdpa_forward, to_torch_multihead, torch_multihead_forward
 
     modules = (CausalAttention, MultiHeadAttentionWrapper, MultiHeadAttention, FastMultiHeadAttention,

@@ -108,16 +108,18 @@ def plot_attention(weights: torch.Tensor, labels: Sequence[str] | None = None,
 
     Each cell holds its weight as a number when the number fits the cell at a readable size (7 pt
     or more, with the figure at most the book's column wide); otherwise the panels get a colour bar
-    instead. The default colour map, ``Blues``, runs from white (a weight of 0, such as every masked
-    entry) to dark blue (1) with steadily falling lightness, so it reads the same in greyscale and
-    to colour-blind readers. A title too long for its panel is wrapped onto two lines.
+    instead. A weight above the diagonal that is exactly 0, the causal mask's, is left empty: no
+    number, a white cell. The default colour map, ``Blues``, runs from white (a weight of 0, such as
+    every masked entry) to dark blue (1) with steadily falling lightness, so it reads the same in
+    greyscale and to colour-blind readers. A title too long for its panel is wrapped onto two lines.
 
     Args:
         weights: ``(T, T)`` for one head, or ``(h, T, T)`` for several (one batch row;
             index the batch first, e.g. ``module.attention_weights(x)[0]``).
         labels: one label per token (default ``1 .. T``).
         titles: one title per head (default ``Head 1 .. Head h``).
-        fmt: the format of the numbers in the cells.
+        fmt: the format of the numbers in the cells; ``None`` draws no numbers, only the colours and
+            a colour bar (for a figure beside a table that already gives the numbers).
         cmap: a matplotlib colour map.
 
     Example:
@@ -153,8 +155,8 @@ def plot_attention(weights: torch.Tensor, labels: Sequence[str] | None = None,
         _square_axes(ax, n, labels, "key token (attended to)", "query token (attending)")
         ax.set_title(textwrap.fill(title, title_chars))
     fig.tight_layout()
-    texts = [format(float(v), fmt) for v in weights.flatten()]
-    size = _number_size(panels[0], n, texts)
+    texts = [format(float(v), fmt) for v in weights.flatten()] if fmt is not None else []
+    size = _number_size(panels[0], n, texts) if fmt is not None else None
     if size is None:  # numbers would be unreadable: show the scale instead
         fig.colorbar(image, ax=panels, shrink=0.8, label="attention weight")
         return fig
@@ -162,6 +164,8 @@ def plot_attention(weights: torch.Tensor, labels: Sequence[str] | None = None,
         for i in range(n):
             for j in range(n):
                 value = float(head_weights[i, j])
+                if j > i and value == 0.0:
+                    continue  # the causal mask's: left empty
                 colour = "white" if value > 0.5 else "black"
                 ax.text(j, i, format(value, fmt), ha="center", va="center", color=colour, fontsize=size)
     return fig

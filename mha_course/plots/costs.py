@@ -34,8 +34,10 @@ def plot_cost_regimes(points):
     so "grows in proportion to the heads" is the broad grey diagonal and "does not grow" is the
     horizontal line at 1. Colour and marker mark the regime (head width fixed: wide orange line,
     large circles; model width fixed: thin blue line, small squares, drawn on top, so that where
-    the two coincide both stay visible); line style marks the implementation (solid: stacked
-    wrapper, dashed: batched module, dotted: any other). Timed points add a panel for the time.
+    the two coincide both stay visible; where they coincide at every point, as the score memory
+    does, the wide line is drawn wider and the panel says so); line style marks the implementation
+    (solid: stacked wrapper, dashed: batched module, dotted: any other). Timed points add a panel for
+    the time.
 
     Args:
         points: the list returned by :func:`mha_course.compare.head_count_sweep`. The time panel
@@ -67,13 +69,23 @@ def plot_cost_regimes(points):
         lo, hi = head_counts[0], head_counts[-1]
         ax.plot([lo, hi], [1, hi / lo], "-", color=NEUTRAL, lw=7, alpha=0.25, zorder=0,  # a pale band
                 solid_capstyle="round", label="in proportion to heads")
-        for (regime, implementation), group in ordered:
+        lines = []
+        for _, group in ordered:
             group = sorted(group, key=lambda p: p.num_heads)
             values = [p.time.median if field == "time" else getattr(p, field) for p in group]
-            ratios = [v / values[0] for v in values]
-            ax.plot([p.num_heads for p in group], ratios, styles.get(implementation, ":"),
-                    label=f"{REGIME_LABELS[regime]}, {names.get(implementation, implementation)}",
-                    **_REGIME_STYLE[regime])
+            lines.append(([p.num_heads for p in group], [v / values[0] for v in values]))
+        # Where every regime draws the same line (the score memory), the lines lie on top of each
+        # other: the wide one is drawn wider still, and the panel says that they coincide.
+        same = len({(tuple(heads), tuple(ratios)) for heads, ratios in lines}) == 1 and len(lines) > 1
+        for ((regime, implementation), _), (heads, ratios) in zip(ordered, lines):
+            style = dict(_REGIME_STYLE[regime])
+            if same and regime == REGIMES[0]:
+                style.update(linewidth=7.0, markersize=13)
+            ax.plot(heads, ratios, styles.get(implementation, ":"),
+                    label=f"{REGIME_LABELS[regime]}, {names.get(implementation, implementation)}", **style)
+        if same:
+            ax.text(0.04, 0.96, "both regimes:\nthe same line", transform=ax.transAxes, va="top", ha="left",
+                    color=NEUTRAL)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
         ax.set_xticks(head_counts, [str(h) for h in head_counts])

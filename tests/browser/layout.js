@@ -108,8 +108,10 @@
     .filter((pre) => tableIn(pre.textContent) !== null)
     .map((pre) => ({ where: where(pre), line: tableIn(pre.textContent).trim().slice(0, 70) }));
 
-  // Figures: the width each is shown at, and the box that scrolls when it is wider than the screen.
-  // The line of the figure's cell that draws it, to name the figure in a failure.
+  // Figures: the width each is shown at and the width it was drawn for (its width attribute or
+  // style; the PNG holds twice as many pixels, `natural`), the box that scrolls when it is wider
+  // than the screen, whether the figure is wider than that box (seen only in part), and the link
+  // a tap follows. The line of the figure's cell that draws it, to name the figure in a failure.
   const drawnBy = (img) => {
     const code = img.closest(".cell")?.querySelector(".cell_input pre")?.textContent || "";
     const lines = code.split("\n").map((line) => line.trim()).filter((line) => line && !line.startsWith("#"));
@@ -125,6 +127,17 @@
       drawn_by: drawnBy(img),
       shown: px(rect.width), box_left: px(boxRect.left), box_right: px(boxRect.right),
       cut: describe(cutOffBy(img, rect)),
+      // The width the figure may take: its block's content box (a cell's output is a little narrower
+      // than the column).
+      room: (() => {
+        const holder = img.closest("div, figure, p") || article;
+        const box = getComputedStyle(holder);
+        return px(holder.clientWidth - parseFloat(box.paddingLeft) - parseFloat(box.paddingRight));
+      })(),
+      natural: img.naturalWidth, drawn_for: px(parseFloat(img.style.width || img.getAttribute("width") || "0")),
+      wider_than_box: box && box !== article ? px(rect.right - boxRect.right) > 1 || px(boxRect.left - rect.left) > 1 : false,
+      left: px(rect.left), right: px(rect.right),
+      link: img.closest("a")?.getAttribute("href")?.split("/").pop() || null,
     };
   });
 

@@ -4,8 +4,9 @@ At desktop width (1280 px) and at a phone's (390 px), on every page of ``_toc.ym
 scrolls sideways; no display equation is cut off (on a desktop, every one fits the column); code
 and output blocks hold 80 characters and no block is wider than its box (desktop); tables are
 HTML tables with numbers right-aligned in human units, each scrolling inside its own box; figures
-are shown at a size whose text can be read, with alt text that says what they show; punctuation
-stays with its inline math; the left sidebar opens on a phone; axe-core finds no serious or
+are shown at the size they were drawn for on a desktop (so their text can be read) from images with
+twice their pixels, and on a phone scaled to the column, seen whole, each opening full size on a
+tap, with alt text that says what they show; punctuation stays with its inline math; the left sidebar opens on a phone; axe-core finds no serious or
 critical accessibility problem; and the screenshots start at the page's left edge.
 
 Everything is measured once per page and width, during the page's single visit
@@ -21,7 +22,11 @@ import re
 import pytest
 
 from book_pages import CODE_COLUMN, DOCNAMES, PHONE, fail_if
-from mha_course.plots import BOOK_COLUMN_PX
+from mha_course.plots import BOOK_COLUMN_PX, FIGURE_DPI, MIN_TEXT_PX, SMALLEST_PT
+
+#: How far a figure may be shrunk below the size it was drawn for: its smallest text (SMALLEST_PT,
+#: 9.7 px as drawn) then stays at MIN_TEXT_PX at least.
+SMALLEST_TEXT_SHRINK = MIN_TEXT_PX / (SMALLEST_PT * FIGURE_DPI / 72)
 
 pytestmark = pytest.mark.browser
 
@@ -191,21 +196,47 @@ def test_figures_take_most_of_the_column_on_a_desktop(visit, docname):
 
 
 @pytest.mark.parametrize("docname", DOCNAMES)
-def test_figures_keep_their_size_on_a_phone_and_scroll_in_their_box(visit, docname):
-    """On a phone a figure is as large as on a desktop (its text as readable) and scrolls in its box."""
-    page = visit(docname)
-    desktop = {figure["src"]: figure for figure in page.layout["desktop"]["figures"]}
-    layout = page.layout["phone"]
+def test_figures_are_shown_at_their_drawn_size_and_sharp_on_a_desktop(visit, docname):
+    """On a desktop a figure is shown at the size it was drawn for (so its text is as large as
+    tests/test_figure_style.py measures it, 9 px at least), from a PNG with twice its pixels."""
+    layout = visit(docname).layout["desktop"]
+    fail_if([
+        f"{figure['where']} (y {figure['y']}): {figure['drawn_by'] or figure['src']!r} shown {figure['shown']} px wide"
+        + (f", drawn for {figure['drawn_for']} px" if figure["drawn_for"] else ", with no size (draw it in the "
+           "house style: mha_course.plots.house_style makes the notebook's figures sharp)")
+        + f", from a {figure['natural']} px image"
+        for figure in layout["figures"]
+        # A figure drawn a little wider than the room its output gives it (a little less than the
+        # column) is shrunk to fit, but never so far that its smallest text falls under 9 px.
+        if not figure["drawn_for"] or figure["shown"] > figure["drawn_for"] + 1
+        or figure["shown"] < min(figure["drawn_for"], figure["room"]) - 1
+        or figure["shown"] < SMALLEST_TEXT_SHRINK * figure["drawn_for"]
+        or figure["natural"] < 2 * figure["drawn_for"] - 2
+    ], f"{docname}.html at desktop width: figures not shown at their size, or not sharp (twice their pixels):")
+
+
+@pytest.mark.parametrize("docname", DOCNAMES)
+def test_figures_are_seen_whole_on_a_phone_and_open_full_size(visit, docname):
+    """On a phone every figure is scaled to the column and seen whole: nothing of it beyond the screen
+    or its box, no sideways scrolling to see the rest; a tap opens it full size (its link)."""
+    layout = visit(docname).layout["phone"]
     problems = []
     for figure in layout["figures"]:
-        wide = desktop.get(figure["src"], figure)["shown"]
-        if figure["shown"] < wide - 1:
-            problems.append(f"{figure['where']}: {figure['drawn_by'] or figure['src']!r} shrinks from {wide} px "
-                            f"to {figure['shown']} px")
-        if figure["box_left"] < -1 or figure["box_right"] > layout["width"] + 1 or figure["cut"]:
-            problems.append(f"{figure['where']}: {figure['drawn_by'] or figure['src']!r}: its box spans {figure['box_left']}.."
-                            f"{figure['box_right']} px" + (f", cut off by {figure['cut']}" if figure["cut"] else ""))
-    fail_if(problems, f"{docname}.html at {PHONE['width']} px: figures that shrink or do not scroll in their box:")
+        name = f"{figure['where']} (y {figure['y']}): {figure['drawn_by'] or figure['src']!r}"
+        if figure["left"] < -1 or figure["right"] > layout["width"] + 1 or figure["cut"] or figure["wider_than_box"]:
+            problems.append(f"{name}: spans {figure['left']}..{figure['right']} px of a {layout['width']} px screen"
+                            + (f", cut off by {figure['cut']}" if figure["cut"] else "")
+                            + (", wider than its box, which scrolls" if figure["wider_than_box"] else ""))
+        if figure["link"] != figure["src"]:
+            problems.append(f"{name}: a tap does not open the full-size image (its link: {figure['link']!r})")
+    fail_if(problems, f"{docname}.html at {PHONE['width']} px: figures not seen whole ({len(problems)} of "
+                      f"{len(layout['figures'])} cut or without their full-size link):")
+
+
+def test_every_chapter_figure_is_measured_on_a_phone(visit):
+    """The phone check above sees the figures: the chapters show them (a guard against measuring none)."""
+    counted = sum(len(visit(name).layout["phone"]["figures"]) for name in DOCNAMES)
+    assert counted >= 20, f"only {counted} figures measured at {PHONE['width']} px in the whole book"
 
 
 FILE_NAME = re.compile(r"(^|/)[^ ]+\.(png|jpe?g|gif|svg|webp)$", re.IGNORECASE)

@@ -15,8 +15,7 @@ from ..._validation import validate_positive_int
 from ...tables import Table
 from .evaluation import SOLVED_ACCURACY, evaluate, head_role, rounded
 from .task import SpecialisationConfig, validate_config, validate_head_count
-from ...progress_bar import progress as progress_line
-from .training import train
+from .training import train, with_progress
 
 #: Where ``python -m mha_course specialise`` writes its results by default (from the repository root).
 DEFAULT_RESULTS_PATH = Path("book") / "data" / "specialisation.json"
@@ -64,7 +63,7 @@ def run_experiment(seeds: int = 8, heads: Sequence[int] = (1, 2, 4), config: Spe
         longer = replace(config, steps=config.steps * long_budget_factor)
         jobs += [(1, seed, longer) for seed in range(seeds)]
     runs = []
-    for num_heads, seed, job_config in progress_line(jobs, "training models", enabled=progress):
+    for num_heads, seed, job_config in with_progress(jobs, "training models", progress):
         run = train(num_heads, seed, job_config)
         runs.append({"num_heads": num_heads, "head_dim": config.d_model // num_heads, "seed": seed,
                      "steps": job_config.steps, "final_loss": rounded(run.losses[-1]), **evaluate(run)})
@@ -159,3 +158,4 @@ def roles_table(results: dict, num_heads: int, steps: int | None = None) -> Tabl
     columns = ["seed", "accuracy"] + [f"head {h + 1}" for h in range(num_heads)]
     rows = [[run["seed"], run["accuracy"]] + [describe(*pair) for pair in run["head_scores"]] for run in runs]
     return Table(columns, rows, formats={"accuracy": ".3f"})
+

@@ -8,7 +8,6 @@ import torch
 import torch.nn.functional as F
 
 from ..._validation import validate_positive_int
-from ...progress_bar import progress as progress_line
 from .task import (IGNORE_INDEX, SpecialisationConfig, TinyAttentionModel, validate_config, validate_head_count,
                    validate_seed, difference_task)
 
@@ -36,7 +35,7 @@ def train(num_heads: int, seed: int = 0, config: SpecialisationConfig | None = N
         num_heads: heads of the attention layer; must divide ``config.d_model``.
         seed: non-negative whole number.
         config: sizes and budget (default: the book's :class:`SpecialisationConfig`).
-        progress: show a progress line over the steps (on standard error).
+        progress: show a progress bar over the steps (tqdm, on standard error).
         num_threads: torch threads while training (1 keeps results identical on every machine).
 
     Example:
@@ -59,7 +58,7 @@ def train(num_heads: int, seed: int = 0, config: SpecialisationConfig | None = N
         batches = torch.Generator().manual_seed(seed)
         losses = []
         model.train()
-        for _ in progress_line(range(config.steps), f"{num_heads} head(s), seed {seed}", enabled=progress):
+        for _ in with_progress(range(config.steps), f"{num_heads} head(s), seed {seed}", progress):
             tokens, labels = difference_task(config.batch_size, config.num_tokens, config.vocab_size, batches)
             logits = model(tokens)  # (B, T, C)
             loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
@@ -72,3 +71,11 @@ def train(num_heads: int, seed: int = 0, config: SpecialisationConfig | None = N
         torch.set_num_threads(previous_threads)
     return TrainingRun(model=model, num_heads=num_heads, seed=seed, config=config, losses=losses)
 
+
+def with_progress(items, desc: str, enabled: bool):
+    """``items`` under a progress bar (a widget in a notebook, where ipywidgets is installed)."""
+    if not enabled:
+        return items
+    from tqdm.auto import tqdm  # here: importing tqdm.auto in a kernel without ipywidgets warns
+
+    return tqdm(items, desc=desc)

@@ -29,12 +29,12 @@ from pathlib import Path
 import mha_course
 
 from ..tables import Table
-from . import EXERCISES
+from ..exercises import EXERCISES
 from .answer_process import TIMED_OUT
-from .framework import ERROR, NOT_IMPLEMENTED, PASSED
+from ..exercises.framework import ERROR, NOT_IMPLEMENTED, PASSED
 from .grader import grade
 from .grading_setup import CELL_TIMEOUT, CHECK_TIMEOUT, NOTEBOOK_TIMEOUT, limit_errors, platform_problem
-from .notebook_files import chapter_notebooks
+from ..notebook_files import chapter_notebooks
 from .package_files import PackageSnapshot
 from .report import NOT_CHECKED, NotebookReport
 

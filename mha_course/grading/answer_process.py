@@ -1,15 +1,16 @@
 """The grader's side of the answer process: start it, send it the work, read its frames with deadlines.
 
-The answers are found in a *fresh* Python process (:mod:`mha_course.exercises.kernel_side`, run with
+The answers are found in a *fresh* Python process (:mod:`mha_course.grading.answer_probing`, run with
 ``python -I`` against a private copy of the package), never in the kernel that ran the notebook.
 :class:`AnswerProcess` starts one and hands it the write end of a pipe (``pass_fds``); the process
 imports everything, says ``("ready",)``, then reads the work from its standard input and answers on
 the pipe in frames (a 4-byte length and a ``marshal`` payload), which :class:`Frames` reads with a
 deadline each (``select``). Both need a POSIX system: see
-:mod:`mha_course.exercises.grading_setup`.
+:mod:`mha_course.grading.grading_setup`.
 
 :func:`answer_records` drives the processes for one notebook and returns one result per exercise:
-``("record", data)``, ``("tampered", names)``, ``(TIMED_OUT,)`` or ``(ERROR, why)``. An answer that
+``("record", data)``, ``("tampered", names)``, ``(TIMED_OUT,)`` (or ``(TIMED_OUT, why)``) or
+``(ERROR, why)``. An answer that
 times out, or a process that ends or cannot be trusted, costs that answer only: the rest are asked
 of a new process.
 """
@@ -25,7 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from .framework import ERROR
+from ..exercises.framework import ERROR
+from .grading_setup import raise_it
 from .notebook_run import first_line, seconds
 from .package_files import PackageSnapshot
 
@@ -35,7 +37,8 @@ TIMED_OUT = "timed out"
 RECORD = "record"
 TAMPERED = "tampered"
 
-#: Seconds for an answer process to import torch and the package, and to replay the definitions.
+#: Seconds for an answer process to import torch and the package, and to replay the definitions,
+#: unless told otherwise (the grader gives it the notebook's ``--timeout``).
 ANSWER_PROCESS_START = 120.0
 
 
@@ -73,7 +76,7 @@ class Frames:
 
 
 class AnswerProcess:
-    """One run of :mod:`mha_course.exercises.kernel_side` in a fresh Python process.
+    """One run of :mod:`mha_course.grading.answer_probing` in a fresh Python process.
 
     Args:
         package: the folder holding the private copy of the package it imports.
@@ -84,7 +87,7 @@ class AnswerProcess:
         read, write = os.pipe()
         self.stderr = tempfile.TemporaryFile(dir=folder)
         boot = ("import sys; sys.path.insert(0, sys.argv[2]); "
-                "from mha_course.exercises.kernel_side import main; main()")
+                "from mha_course.grading.answer_probing import main; main()")
         self.process = subprocess.Popen(
             [sys.executable, "-I", "-B", "-c", boot, str(write), str(package)], cwd=folder, pass_fds=(write,),
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self.stderr)
@@ -132,13 +135,15 @@ class AnswerProcess:
 
 
 def answer_records(snapshot: PackageSnapshot, folder: Path, cells: list[tuple[int, str]],
-                   answers: list[tuple[str, str]], check_timeout: float, first: AnswerProcess | None = None
-                   ) -> dict[str, tuple]:
+                   answers: list[tuple[str, str]], check_timeout: float, first: AnswerProcess | None = None,
+                   start_timeout: float = ANSWER_PROCESS_START) -> dict[str, tuple]:
     """Replay the definitions and probe every answer in fresh processes; one result per exercise:
     ``(RECORD, data)``, ``(TAMPERED, names)``, ``(TIMED_OUT,)`` or ``(ERROR, why)``.
 
     ``cells`` are the cells that ran, as ``(number, python source)``; ``answers`` the exercises
-    wanted, as ``(exercise id, answer name)``. ``first`` is a process started already. A definition
+    wanted, as ``(exercise id, answer name)``. ``first`` is a process started already. A process
+    gets ``start_timeout`` seconds (the notebook's ``--timeout``) to import everything and replay
+    the definitions; one that takes longer gives ``(TIMED_OUT, why)`` for every answer left. A definition
     whose replay raises (say ``x = mha.mask`` after ``mha = ...`` was left out) is not reported:
     what matters is whether the answers work."""
     results: dict[str, tuple] = {}
@@ -151,18 +156,22 @@ def answer_records(snapshot: PackageSnapshot, folder: Path, cells: list[tuple[in
         else:
             process = AnswerProcess(snapshot.write_copy(folder / f"package-{attempt}"), folder)
         try:
-            process.ready(time.monotonic() + ANSWER_PROCESS_START)
+            process.ready(time.monotonic() + start_timeout)
             process.send({"cells": cells, "answers": remaining})
-            frame = process.frames.next(time.monotonic() + ANSWER_PROCESS_START)
-            if not (isinstance(frame, tuple) and frame[0] == "replayed"):
-                why = ("it did not start within " + seconds(ANSWER_PROCESS_START) if frame == "timeout"
-                       else process.why_it_ended())
+            frame = process.frames.next(time.monotonic() + start_timeout)
+            if frame == "timeout":
                 for exercise_id, _ in remaining:
-                    results[exercise_id] = (ERROR, f"the answers could not be replayed ({why})")
+                    results[exercise_id] = (TIMED_OUT, f"the process that checks the answers had not imported the "
+                                                       f"package and replayed the notebook's definitions after "
+                                                       f"{seconds(start_timeout)} ({raise_it('--timeout')})")
+                return results
+            if not (isinstance(frame, tuple) and frame[0] == "replayed"):
+                for exercise_id, _ in remaining:
+                    results[exercise_id] = (ERROR, f"the answers could not be replayed ({process.why_it_ended()})")
                 return results
             while remaining:
                 exercise_id, answer_name = remaining[0]
-                frame = process.frames.next(time.monotonic() + ANSWER_PROCESS_START)
+                frame = process.frames.next(time.monotonic() + start_timeout)
                 if frame == ("start", exercise_id):
                     frame = process.frames.next(time.monotonic() + check_timeout)
                 if frame == "timeout":

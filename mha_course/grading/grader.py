@@ -4,16 +4,17 @@ For each notebook the grader
 
 1. runs a copy of it, in a temporary folder of its own (with a copy of the ``data/`` folder next to
    it), in a Jupyter kernel that imports a private copy of the package
-   (:mod:`mha_course.exercises.package_files`). Each cell has a time limit and the notebook has one
-   as a whole; a cell that raises or runs too long is reported and the run goes on, as "Run all"
-   would with errors allowed; a kernel that dies, or a cell that calls ``exit()``, ends the run and
-   is blamed on the cell that did it (:mod:`mha_course.exercises.notebook_run`). The learner's file
+   (:mod:`mha_course.grading.package_files`). Each cell has a time limit and the notebook has one
+   as a whole; a cell that raises, or runs too long ("timed out", with the limit and the flag that
+   raises it), is reported and the run goes on, as "Run all" would with errors allowed; a kernel that dies, or a cell that calls ``exit()``, ends the run and
+   is blamed on the cell that did it (:mod:`mha_course.grading.notebook_run`). The learner's file
    is never written to. What the notebook printed is kept, to compare with the verdicts;
-2. checks that the notebook did not change the package's files, neither the installed ones nor its
-   private copy; one that did is not scored, and the installed files are written back before the
-   next notebook;
-3. finds the answers in a *fresh* process (:mod:`mha_course.exercises.answer_process`, which runs
-   :mod:`mha_course.exercises.kernel_side`), against another private copy of the package: it
+2. checks that the notebook did not change the package's files, neither its private copy nor the
+   installed ones; one that did is not scored. The grader never writes into the installed package
+   (often a contributor's working tree): an installed file that changed is reported and left as
+   it is (:mod:`mha_course.grading.package_files`);
+3. finds the answers in a *fresh* process (:mod:`mha_course.grading.answer_process`, which runs
+   :mod:`mha_course.grading.answer_probing`), against another private copy of the package: it
    replays only the statements of the cells that ran which define names (imports, ``def``,
    ``class``, plain assignments; see :mod:`mha_course.exercises.definitions`), probes each answer by
    its name (``build_causal_mask``, ...) as ``check`` does, and sends back what the answer did as
@@ -21,12 +22,12 @@ For each notebook the grader
    there, and an answer that changes them while it is checked is not scored;
 4. judges those records against the package's reference in its own process, which never ran any
    notebook code, and reports every disagreement between the verdict and the line the notebook
-   printed, in either direction (:mod:`mha_course.exercises.report`);
+   printed, in either direction (:mod:`mha_course.grading.report`);
 5. prints a score table (and writes JSON on request).
 
 Cells are named by their number, counting every cell from the top (Markdown included), and by
 their first line, as in ``cell 7 (`ratio = 1 / 0`)``. Grading needs Linux or macOS (WSL on
-Windows): see :mod:`mha_course.exercises.grading_setup`.
+Windows): see :mod:`mha_course.grading.grading_setup`.
 
 Command line::
 
@@ -49,14 +50,14 @@ from pathlib import Path
 
 import nbformat
 
-from ..progress_bar import ProgressBar
-from . import EXERCISES
-from .answer_process import ANSWER_PROCESS_START, TIMED_OUT, AnswerProcess, answer_records
-from .definitions import defined_names
-from .framework import ERROR, MISSING, NOT_IMPLEMENTED
+from tqdm import tqdm
+from ..exercises import EXERCISES
+from .answer_process import TIMED_OUT, AnswerProcess, answer_records
+from ..exercises.definitions import defined_names
+from ..exercises.framework import ERROR, MISSING, NOT_IMPLEMENTED
 from .grading_setup import (CELL_TIMEOUT, CHECK_TIMEOUT, NOTEBOOK_TIMEOUT, GradingUnavailableError, limit_errors,
                             platform_problem, require_grading_platform)
-from .notebook_files import DATA_FOLDER, data_files
+from ..notebook_files import DATA_FOLDER, data_files
 from .notebook_run import NotebookRun, cell_name, first_line, python_source
 from .package_files import EditWatch, PackageSnapshot
 from .report import (NOT_CHECKED, NOT_RUN, NOT_SCORED, ExerciseScore, NotebookReport, compare_printed,
@@ -74,7 +75,7 @@ def grade_notebook(path: Path, timeout: float = NOTEBOOK_TIMEOUT, check_timeout:
 
     Raises:
         GradingUnavailableError: on a platform that cannot run the grader (Windows; see
-            :mod:`mha_course.exercises.grading_setup`).
+            :mod:`mha_course.grading.grading_setup`).
     """
     require_grading_platform()
     report = NotebookReport(str(path))
@@ -98,10 +99,16 @@ def grade_notebook(path: Path, timeout: float = NOTEBOOK_TIMEOUT, check_timeout:
     finally:
         edited = watch.finish(grading.key)
     if edited and not withheld:
-        withhold(report, exercise_ids, f"the package's installed files were changed while this notebook ran "
-                                       f"({listed(edited)}); they were written back")
+        withhold(report, exercise_ids, installed_edit(edited))
     report.seconds = time.monotonic() - started
     return report
+
+
+def installed_edit(names: list[str]) -> str:
+    """Why a notebook is not scored when the installed package's files changed while it ran."""
+    return (f"the package's installed files changed while this notebook ran ({listed(names)}). The grader "
+            "never writes into them, so they are left as they are: if you did not change them yourself, "
+            "look at them (git diff) before grading again")
 
 
 class _Grading:
@@ -140,15 +147,17 @@ class _Grading:
 
     def _run_and_judge(self, answers: AnswerProcess) -> bool:
         report, exercise_ids, snapshot = self.report, self.exercise_ids, self.snapshot
-        inherited = os.environ.get("PYTHONPATH")
-        env = {**os.environ, "PYTHONPATH": str(self.package) + (os.pathsep + inherited if inherited else ""),
+        # The kernel finds the private copy first, and not the installed package's folder at all.
+        inherited = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                     if entry and not snapshot.is_installed_at(Path(entry))]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(self.package), *inherited]),
                "PYTHONDONTWRITEBYTECODE": "1"}
         started = False
         try:
             # The kernel's own log lines (e.g. its warning about TCP transport) would clutter the table.
             with self.run.client.setup_kernel(stderr=subprocess.DEVNULL, env=env):
                 started = True
-                answers.ready(time.monotonic() + ANSWER_PROCESS_START)
+                answers.ready(time.monotonic() + self.timeout)
                 self.run.run_notebook(self.timeout, self.cell_timeout)
         except Exception as error:  # the kernel would not start, or died on shutdown
             if not started:
@@ -158,18 +167,18 @@ class _Grading:
         if not started:
             not_checked(report, exercise_ids)
             return False
-        installed = self.watch.check(self.key)
         copy = sorted({*snapshot.changed_in(self.package), *snapshot.changed_in(self.answer_folder / "package-1")})
-        if installed or copy:
-            withhold(report, exercise_ids, f"the notebook changed the package's files ({listed(sorted({*installed, *copy}))})"
-                                           + ("; the installed ones were written back" if installed else ""))
+        installed = self.watch.check(self.key)
+        if copy or installed:
+            why = [f"the notebook changed the package's files ({listed(copy)})"] if copy else []
+            withhold(report, exercise_ids, "; ".join(why + ([installed_edit(installed)] if installed else [])))
             return True
         if not exercise_ids:
             return False
         cells = [(i + 1, python_source(self.run.notebook.cells[i].source)) for i in sorted(self.run.ran)]
         wanted = [(eid, EXERCISES[eid].answer_name) for eid in exercise_ids]
         results = answer_records(snapshot, self.answer_folder, cells, wanted, self.check_timeout,
-                                 first=answers if answers.is_ready else None)
+                                 first=answers if answers.is_ready else None, start_timeout=self.timeout)
         edited = sorted({name for copy in self.answer_folder.glob("package-*") for name in snapshot.changed_in(copy)})
         if edited:
             withhold(report, exercise_ids, f"while its answers were checked, the notebook's code changed the "
@@ -195,10 +204,10 @@ def grade(paths: list[Path], timeout: float = NOTEBOOK_TIMEOUT, check_timeout: f
     snapshot = PackageSnapshot()
     watch = EditWatch(snapshot)
     paths = [Path(p) for p in paths]
-    with ProgressBar(len(paths), "Grading", enabled=progress) as bar:
+    with tqdm(total=len(paths), desc="Grading", disable=not progress) as bar:
         def one(path: Path) -> NotebookReport:
             report = grade_notebook(path, timeout, check_timeout, cell_timeout, snapshot, watch)
-            bar.set_note(path.name)
+            bar.set_postfix_str(path.name)
             bar.update()
             return report
 

@@ -1,19 +1,18 @@
 """The student edition: the chapter notebooks with every solution replaced by a stub.
 
-In the source notebooks each solution sits between ``### BEGIN SOLUTION`` and ``### END SOLUTION``.
+In the source notebooks each solution sits between ``### BEGIN SOLUTION`` and ``### END SOLUTION``,
+inside the body of the function the learner writes (the ``def`` line stays as the book shows it).
 The student edition keeps everything else and, for each solution:
 
-* keeps the header line of every function and class the solution defines (``def f(x):``,
-  ``class C(nn.Module):`` and its methods' ``def`` lines), each with a body that raises
-  ``NotImplementedError``, so the notebook still runs top to bottom and the check that follows
+* replaces the lines between the markers by a body that raises ``NotImplementedError``, at the
+  markers' indentation, so the notebook still runs top to bottom and the check that follows
   prints "not implemented yet";
-* drops every other line of the solution (imports, helpers, comments, docstrings, decorators);
 * drops everything between a ``{solution-start}`` and its ``{solution-end}`` fence in the Markdown
   cells (a solution's prose as well as the fences), every ``{solution}`` directive, and any code cell
   inside a gated solution that has no markers.
 
 The edition for Jupyter (the default) also turns the book's MyST Markdown into plain Markdown (see
-:mod:`mha_course.exercises.jupyter_markdown`): each exercise statement becomes a heading with its
+:mod:`mha_course.edition.jupyter_markdown`): each exercise statement becomes a heading with its
 number and title, roles become their text. The ``book`` edition keeps the MyST, so that
 ``jupyter-book`` builds the book without solutions from it. The Jupyter edition also copies the
 ``data/`` folder next to the chapters, which the chapters read, so the folder stands alone.
@@ -29,21 +28,17 @@ Command line::
 from __future__ import annotations
 
 import argparse
-import ast
 import copy
-import io
 import shutil
 import sys
-import textwrap
-import tokenize
 from pathlib import Path
 
 import nbformat
 
 from . import jupyter_markdown
-from .framework import STUB_MESSAGE
+from ..exercises.framework import STUB_MESSAGE
 from .jupyter_markdown import SOLUTION_DIRECTIVES, BookIndex, Fence
-from .notebook_files import DATA_FOLDER, data_files, default_notebooks, in_tool_folder
+from ..notebook_files import DATA_FOLDER, data_files, default_notebooks, in_tool_folder
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
@@ -58,91 +53,31 @@ def _stub_body(indent: str) -> list[str]:
     return [f"{indent}{STUB_COMMENT}", f'{indent}raise NotImplementedError("{STUB_MESSAGE}")']
 
 
-def _header(lines: list[str], tokens: list[tokenize.TokenInfo], node: ast.AST) -> list[str]:
-    """The source lines of a ``def`` or ``class`` header, up to and including its colon."""
-    start = next(i for i, tok in enumerate(tokens)
-                 if tok.start == (node.lineno, node.col_offset) and tok.type == tokenize.NAME)
-    depth = 0
-    for tok in tokens[start:]:
-        if tok.type == tokenize.OP and tok.string in "([{":
-            depth += 1
-        elif tok.type == tokenize.OP and tok.string in ")]}":
-            depth -= 1
-        elif tok.type == tokenize.OP and tok.string == ":" and depth == 0:
-            end_line, end_col = tok.end
-            header = lines[node.lineno - 1:end_line]
-            header[-1] = header[-1][:end_col]
-            return header
-    raise SolutionMarkerError(f"could not find the end of the header on line {node.lineno}")
-
-
-def _stub_definitions(code: str) -> list[str]:
-    """Stubs for the functions and classes defined at the top level of ``code`` (dedented)."""
-    tree = ast.parse(code)
-    lines = code.splitlines()
-    tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
-    stub: list[str] = []
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            stub += _header(lines, tokens, node) + _stub_body(" " * (node.col_offset + 4))
-        elif isinstance(node, ast.ClassDef):
-            stub += _header(lines, tokens, node)
-            methods = [n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-            if not methods:
-                stub += _stub_body(" " * (node.col_offset + 4))
-            for i, method in enumerate(methods):
-                if i:
-                    stub.append("")
-                stub += _header(lines, tokens, method) + _stub_body(" " * (method.col_offset + 4))
-        else:
-            continue
-        stub.append("")
-    while stub and not stub[-1]:
-        stub.pop()
-    return stub
-
-
-def _replace_region(region: list[str], indent: str) -> list[str]:
-    """The student's version of one solution region (the lines between the markers)."""
-    code = textwrap.dedent("\n".join(region))
-    try:
-        stub = _stub_definitions(code)
-    except SyntaxError:
-        stub = []  # not valid Python on its own (e.g. the body of a function): a plain stub
-    if not stub:
-        return _stub_body(indent)
-    return [f"{indent}{line}" if line else "" for line in stub]
-
-
 def student_source(source: str) -> str:
     """Replace every solution region of one code cell's source by its stub.
 
     Example:
-        >>> print(student_source("import torch\\n### BEGIN SOLUTION\\ndef double(x):\\n    return 2 * x\\n### END SOLUTION"))
-        import torch
+        >>> print(student_source("def double(x):\\n    ### BEGIN SOLUTION\\n    return 2 * x\\n    ### END SOLUTION"))
         def double(x):
             # YOUR CODE HERE
             raise NotImplementedError("Replace this line with your solution.")
     """
     out: list[str] = []
-    region: list[str] | None = None
-    indent = ""
+    indent: str | None = None  # the markers' indentation while inside a solution
     for number, line in enumerate(source.splitlines(), start=1):
         marker = line.strip()
         if marker == BEGIN:
-            if region is not None:
+            if indent is not None:
                 raise SolutionMarkerError(f"line {number}: {BEGIN} inside another solution")
-            region, indent = [], line[: len(line) - len(line.lstrip())]
+            indent = line[: len(line) - len(line.lstrip())]
         elif marker == END:
-            if region is None:
+            if indent is None:
                 raise SolutionMarkerError(f"line {number}: {END} without a {BEGIN} before it")
-            out += _replace_region(region, indent)
-            region = None
-        elif region is not None:
-            region.append(line)
-        else:
+            out += _stub_body(indent)
+            indent = None
+        elif indent is None:
             out.append(line)
-    if region is not None:
+    if indent is not None:
         raise SolutionMarkerError(f"{BEGIN} without a matching {END}")
     return "\n".join(out)
 

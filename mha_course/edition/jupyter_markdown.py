@@ -23,15 +23,14 @@ Example:
 
 from __future__ import annotations
 
-import ast
 import json
 import re
-import textwrap
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from .notebook_files import in_tool_folder
+from ..notebook_files import in_tool_folder
+from .bibliography import Work, author_year, read_bib
 
 # ``{name} argument`` in a fence's info string.
 _DIRECTIVE_INFO = re.compile(r"^\{([\w:.-]+)\}\s*(.*)$")
@@ -139,20 +138,6 @@ def directive_names(text: str) -> list[str]:
 
 
 @dataclass
-class Work:
-    """A cited work, as far as a citation in the text names it: its authors' surnames and its year."""
-
-    surnames: list[str]
-    year: str
-
-    def authors(self) -> str:
-        """``Raschka``, ``Michel and Levy``, ``Vaswani et al.``"""
-        if len(self.surnames) > 2:
-            return f"{self.surnames[0]} et al."
-        return " and ".join(self.surnames) or "Anonymous"
-
-
-@dataclass
 class BookIndex:
     """Titles that ``{ref}`` and ``{doc}`` roles without their own text resolve to, and the works
     that ``{cite}`` roles name (by BibTeX key)."""
@@ -179,81 +164,6 @@ def _index_markdown(text: str, index: BookIndex, doc: str) -> None:
     for block in blocks(text):
         if isinstance(block, Fence) and block.name == "exercise" and "label" in block.options:
             index.labels.setdefault(block.options["label"], f"Exercise {block.argument}".strip())
-
-
-# BibTeX accents and letters that the book's .bib file writes as commands: {\'o} is ó, {\L} is Ł.
-_TEX_ACCENTS = {"'": "\u0301", "`": "\u0300", "^": "\u0302", '"': "\u0308", "~": "\u0303", "c": "\u0327"}
-_TEX_LETTERS = {"L": "Ł", "l": "ł", "o": "ø", "O": "Ø", "ss": "ß", "ae": "æ", "AE": "Æ", "aa": "å", "AA": "Å",
-                "i": "ı"}
-_TEX_ACCENT = re.compile(r"\\(['`^\"~c])\s*\{?([A-Za-z])\}?")
-_TEX_LETTER = re.compile(r"\\(ss|ae|AE|aa|AA|[LlOoi])(?![A-Za-z])\s*")
-_BIB_ENTRY = re.compile(r"@(\w+)\s*\{\s*([^,\s]+)\s*,")
-_BIB_FIELD = re.compile(r"(\w+)\s*=\s*")
-
-
-def _plain_tex(text: str) -> str:
-    """BibTeX text as plain Unicode: accents applied, letters spelled out, braces dropped."""
-    import unicodedata
-
-    text = _TEX_ACCENT.sub(lambda m: unicodedata.normalize("NFC", m.group(2) + _TEX_ACCENTS[m.group(1)]), text)
-    text = _TEX_LETTER.sub(lambda m: _TEX_LETTERS[m.group(1)], text)
-    return " ".join(text.replace("{", "").replace("}", "").split())
-
-
-def _bib_value(text: str, start: int) -> tuple[str, int]:
-    """The value of a BibTeX field that starts at ``text[start]`` (braced, quoted or bare), and its end."""
-    if text[start] in "{\"":
-        closing, depth, i = ("}" if text[start] == "{" else '"'), 0, start
-        while i < len(text):
-            char = text[i]
-            if char == "{":
-                depth += 1
-            elif char == "}":
-                depth -= 1
-            if (closing == "}" and depth == 0) or (closing == '"' and char == '"' and i > start and depth == 0):
-                return text[start + 1:i], i + 1
-            i += 1
-        raise ValueError(f"unbalanced braces in the BibTeX value starting {text[start:start + 40]!r}")
-    match = re.match(r"[^,}\s]+", text[start:])
-    return (match.group(0) if match else ""), start + (match.end() if match else 0)
-
-
-def _surname(name: str) -> str:
-    """``Vaswani, Ashish`` -> ``Vaswani``; ``de Jong, Michiel`` -> ``de Jong``; ``Ashish Vaswani`` -> ``Vaswani``."""
-    name = _plain_tex(name)
-    return name.split(",")[0].strip() if "," in name else name.split()[-1]
-
-
-def read_bib(text: str) -> dict[str, Work]:
-    r"""The works of a BibTeX file, by key: their authors' (or editors') surnames and their year.
-
-    A minimal reader for what a citation shows: it reads the ``author`` (else ``editor``) and
-    ``year`` fields of every entry and ignores the rest.
-
-    Example:
-        >>> works = read_bib("@book{r24, author = {Raschka, Sebastian}, year = 2024}\n"
-        ...                  "@misc{a23, author = {Ainslie, J. and Lebr{\\'o}n, F. and de Jong, M.},"
-        ...                  " title = {{GQA}}, year = {2023}}")
-        >>> works["r24"].authors(), works["r24"].year, works["a23"].surnames
-        ('Raschka', '2024', ['Ainslie', 'Lebrón', 'de Jong'])
-    """
-    works = {}
-    entries = list(_BIB_ENTRY.finditer(text))
-    for number, entry in enumerate(entries):
-        if entry.group(1).lower() in ("comment", "string", "preamble"):
-            continue
-        body_end = entries[number + 1].start() if number + 1 < len(entries) else len(text)
-        fields, position = {}, entry.end()
-        while True:
-            found = _BIB_FIELD.search(text, position, body_end)
-            if not found:
-                break
-            value, position = _bib_value(text, found.end())
-            fields[found.group(1).lower()] = value
-        people = fields.get("author") or fields.get("editor") or ""
-        names = [n for n in re.split(r"\s+and\s+", " ".join(people.split())) if n.strip()]
-        works[entry.group(2)] = Work([_surname(n) for n in names], _plain_tex(fields.get("year", "n.d.")))
-    return works
 
 
 def book_index(folder: Path) -> BookIndex:
@@ -309,7 +219,7 @@ def _citation(name: str, keys: str, index: BookIndex) -> str:
     works = [(key.strip(), index.works.get(key.strip())) for key in keys.split(",") if key.strip()]
     if name.split(":")[-1] in ("t", "ts", "ct", "cts"):
         return ", ".join(f"{work.authors()} ({work.year})" if work else f"({key})" for key, work in works)
-    return "(" + "; ".join(f"{work.authors()}, {work.year}" if work else key for key, work in works) + ")"
+    return "(" + "; ".join(author_year(work.surnames, work.year) if work else key for key, work in works) + ")"
 
 
 def _plain_roles(text: str, index: BookIndex) -> str:
@@ -325,47 +235,22 @@ def _quote(title: str, body: str) -> str:
     return "\n".join(f"> {line}" if line.strip() else ">" for line in lines)
 
 
-def _select_lines(text: str, options: dict[str, str]) -> str:
-    lines = text.splitlines()
-    if "lines" in options:
-        keep: list[str] = []
-        for part in options["lines"].split(","):
-            first, _, last = part.strip().partition("-")
-            start = int(first) if first else 1
-            stop = int(last) if last else (len(lines) if _ else start)
-            keep += lines[start - 1:stop]
-        lines = keep
-    for key, after in (("start-at", False), ("start-after", True)):
-        if key in options:
-            at = next((i for i, ln in enumerate(lines) if options[key] in ln), None)
-            if at is not None:
-                lines = lines[at + after:]
-    for key, include in (("end-at", True), ("end-before", False)):
-        if key in options:
-            at = next((i for i, ln in enumerate(lines) if options[key] in ln), None)
-            if at is not None:
-                lines = lines[: at + include]
-    return textwrap.dedent("\n".join(lines))
-
-
 def _included_source(fence: Fence, folder: Path | None) -> str:
-    """The code a ``{literalinclude}`` shows, as a fenced block (or a sentence if unreadable)."""
+    """The code a ``{literalinclude}`` shows, as a fenced block (or a sentence if unreadable): read
+    by Sphinx's own ``LiteralIncludeReader``, the reader the book's directive uses, so the Jupyter
+    edition shows every line the book shows (``:pyobject:``, ``:lines:``, ``:prepend:`` ...)."""
+    from types import SimpleNamespace
+
+    from sphinx.directives.code import LiteralIncludeReader
+
     path = (folder / fence.argument) if folder else Path(fence.argument)
+    # Options as the directive converts them: ``:dedent:`` and ``:lineno-start:`` are numbers, and
+    # a bare ``:dedent:`` removes the common indentation (None).
+    options = {key: (int(value) if value else None) if key in ("dedent", "lineno-start") else value
+               for key, value in fence.options.items()}
     try:
-        source = path.read_text(encoding="utf-8")
-        if "pyobject" in fence.options:
-            tree = ast.parse(source)
-            wanted = fence.options["pyobject"].split(".")
-            nodes = tree.body
-            node = None
-            for name in wanted:
-                node = next(n for n in nodes if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                            and n.name == name)
-                nodes = node.body
-            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            source = "\n".join(source.splitlines()[first - 1:node.end_lineno])
-        code = _select_lines(source, fence.options)
-    except (OSError, SyntaxError, StopIteration, ValueError):
+        code, _ = LiteralIncludeReader(str(path), options, SimpleNamespace(source_encoding="utf-8")).read()
+    except (OSError, ValueError):
         return f"*(The book shows the source of `{fence.argument}` here.)*"
     language = fence.options.get("language", "python")
     return f"```{language}\n{code.rstrip()}\n```"

@@ -1,7 +1,8 @@
 """The grader's run of one notebook in its Jupyter kernel: cells with deadlines, and what happened.
 
 :class:`NotebookRun` executes a notebook's code cells one by one, as "Run all" would with errors
-allowed: a cell that raises or runs past its time limit is reported and the run goes on; a kernel
+allowed: a cell that raises, or runs past its time limit (reported as "timed out", with the limit
+and the flag that raises it), is reported and the run goes on; a kernel
 that dies, or a cell that calls ``exit()``, ends the run and is blamed on the cell that did it. It
 notes which cells ran to their end and why the others did not, so the grader can say that an
 answer was "not run" and where.
@@ -22,6 +23,8 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
+
+from .grading_setup import raise_it
 
 _QUIET_LOG = logging.getLogger("mha_course.grader.nbclient")
 _QUIET_LOG.addHandler(logging.NullHandler())
@@ -104,6 +107,7 @@ class NotebookRun:
         self.ran: set[int] = set()  # cells that ran to their end (with or without an error)
         self.not_run: dict[int, str] = {}  # cell index -> why it did not run to its end
         self.exit_cell: int | None = None  # the cell that called exit(), if one did
+        self.timed_out: set[int] = set()  # cells stopped, or never started, because a time limit was up
 
     def _executed(self, cell, cell_index, execute_reply) -> None:
         payloads = (execute_reply or {}).get("content", {}).get("payload", []) or []
@@ -147,19 +151,22 @@ class NotebookRun:
             cell, later = self.notebook.cells[index], code[position + 1:]
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                self.events.append(f"ran out of time ({seconds(timeout)} for the whole notebook) before "
-                                   f"{self.name(index)}; it and the {len(later)} code cell(s) after it did not run")
-                self._stop([index, *later], f"the notebook ran out of time ({seconds(timeout)}) before "
-                                            f"{self.name(index)}")
+                self.events.append(f"timed out: the notebook's {seconds(timeout)} were up before {self.name(index)} "
+                                   f"({raise_it('--timeout')}); it and the {len(later)} code cell(s) after it did "
+                                   "not run")
+                self._stop([index, *later], f"the notebook timed out ({seconds(timeout)}, {raise_it('--timeout')}) "
+                                            f"before {self.name(index)}")
+                self.timed_out.update([index, *later])
                 return
             limit = min(cell_timeout, remaining)
             outcome = self.execute(cell, index, limit)
             if outcome == "timeout":
-                which = ("the limit for one cell" if limit == cell_timeout else
-                         f"the notebook's {seconds(timeout)} were up")
+                which = (f"the limit for one cell; {raise_it('--cell-timeout')}" if limit == cell_timeout else
+                         f"the notebook's {seconds(timeout)} were up; {raise_it('--timeout')}")
                 self.events.append(f"timed out: {self.name(index)} was still running after {seconds(limit)} "
                                    f"({which}); it was interrupted")
-                self.not_run[index] = f"{self.name(index)} timed out"
+                self.not_run[index] = f"{self.name(index)} timed out after {seconds(limit)} ({which})"
+                self.timed_out.add(index)
                 continue
             if outcome == "dead":
                 if self.exit_cell is not None:  # exit() ends the kernel only after its cell's reply

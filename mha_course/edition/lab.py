@@ -25,7 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .notebook_files import default_notebooks
+from ..notebook_files import default_notebooks
 from .student import SolutionMarkerError, write_student_edition
 
 #: The JupyterLab the course pins in requirements.txt.

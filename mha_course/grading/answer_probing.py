@@ -23,6 +23,11 @@ The grader sends the work on standard input (``marshal``): ``{"cells": [(number,
 "answers": [(exercise_id, answer_name), ...]}``; frames on the pipe are a 4-byte length and a
 ``marshal`` payload: ``("ready",)`` once everything is imported, ``("start", id)``, ``("record", id, data)``, ``("tampered", id, names)``,
 ``("replayed", errors)``.
+
+The frames are written with the functions kept aside in step 1 (``os.write``, ``marshal.dumps``),
+not with a ``multiprocessing`` connection: its sending path looks up Python attributes at every
+call (``Connection._send``, the module's ``struct.pack``) that the notebook's code, replayed here,
+could replace to slip a forged record in front of the real one.
 """
 
 from __future__ import annotations
@@ -36,9 +41,9 @@ import types
 
 import torch
 
-from . import EXERCISES
-from .definitions import definitions
-from .framework import MISSING, STATUS_KEY, probe
+from ..exercises import EXERCISES
+from ..exercises.definitions import definitions
+from ..exercises.framework import MISSING, STATUS_KEY, probe
 
 # Kept aside before any notebook code runs (step 1).
 _write = os.write
@@ -88,18 +93,19 @@ def _changes(before: dict[str, object]) -> list[str]:
     return [name for name, value in _items(before) if name not in now or now[name] is not value]
 
 
-def _plain(value, depth: int = 0):
-    """A record as data ``marshal`` can write: tensors become ``("__tensor__", dtype, shape, values)``."""
+def to_message(value, depth: int = 0):
+    """A record as data ``marshal`` can write, to send to the grader: tensors become
+    ``("__tensor__", dtype, shape, values)``. :func:`from_message` turns it back."""
     if _isinstance(value, _tensor_type):
         return ("__tensor__", _str(_dtype(value)).removeprefix("torch."), tuple(_shape(value)),
                 _tolist(_reshape(value, (-1,))))
     if _isinstance(value, _PLAIN) or depth > 20:
         return value if _isinstance(value, _PLAIN) else None
     if _isinstance(value, dict):
-        return {_str(k): _plain(v, depth + 1) for k, v in _items(value)}
+        return {_str(k): to_message(v, depth + 1) for k, v in _items(value)}
     if _isinstance(value, (list, tuple)):
-        return [_plain(v, depth + 1) for v in value] if _isinstance(value, list) else tuple(
-            _plain(v, depth + 1) for v in value)
+        return [to_message(v, depth + 1) for v in value] if _isinstance(value, list) else tuple(
+            to_message(v, depth + 1) for v in value)
     return {"kind": "object", "type": _str(type(value).__name__), "repr": "(not sent)"}
 
 
@@ -134,7 +140,7 @@ def run(work: dict, fd: int) -> None:
         if changed:
             _send(fd, ("tampered", exercise_id, changed[:5]))
             continue
-        _send(fd, ("record", exercise_id, _plain(record)))
+        _send(fd, ("record", exercise_id, to_message(record)))
 
 
 def main() -> None:
@@ -148,15 +154,15 @@ def main() -> None:
     os._exit(0)  # no clean-up code of the notebook's (atexit, __del__) runs after the last record
 
 
-def to_record(data):
-    """The grader's side: records as ``probe`` made them, from what :func:`run` sent."""
+def from_message(data):
+    """The grader's side: a record as ``probe`` made it, from what :func:`to_message` sent."""
     if isinstance(data, tuple) and len(data) == 4 and data[0] == "__tensor__":
         _, dtype, shape, values = data
         return torch.tensor(values, dtype=getattr(torch, dtype)).reshape(shape)
     if isinstance(data, dict):
-        return {k: to_record(v) for k, v in data.items()}
+        return {k: from_message(v) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
-        converted = [to_record(v) for v in data]
+        converted = [from_message(v) for v in data]
         return converted if isinstance(data, list) else tuple(converted)
     return data
 

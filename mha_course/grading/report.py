@@ -20,11 +20,12 @@ from pathlib import Path
 import nbformat
 
 from ..tables import Table
-from . import EXERCISES
+from ..exercises import EXERCISES
 from .answer_process import RECORD, TAMPERED, TIMED_OUT
-from .framework import ERROR, FAIL_MARK, MISSING, PASS_MARK, PASSED, WAITING_MARK, judge
-from .kernel_side import to_record
-from .notebook_files import chapter_number
+from .grading_setup import raise_it
+from ..exercises.framework import ERROR, FAIL_MARK, MISSING, PASS_MARK, PASSED, WAITING_MARK, judge
+from .answer_probing import from_message
+from ..notebook_files import chapter_number
 from .notebook_run import NotebookRun, first_line, seconds
 
 # The statuses the grader adds to those of the checks (passed, failed, not implemented, missing, error).
@@ -134,22 +135,24 @@ def not_checked(report: NotebookReport, exercise_ids: list[str]) -> None:
 def verdict(exercise_id: str, result: tuple, run: NotebookRun, definers: dict[int, set[str]],
             check_timeout: float) -> ExerciseScore:
     """The score of one exercise from what the answer process sent for it (see
-    :func:`mha_course.exercises.answer_process.answer_records`) and what the notebook's run did.
+    :func:`mha_course.grading.answer_process.answer_records`) and what the notebook's run did.
 
     ``definers`` maps each code cell's index to the names its replayed statements define."""
     exercise = EXERCISES[exercise_id]
     name = exercise.answer_name
     kind = result[0]
     if kind == TIMED_OUT:
-        return score(exercise_id, TIMED_OUT, f"{FAIL_MARK} {exercise_id}: {name} was still running after "
-                                             f"{seconds(check_timeout)} (--check-timeout)")
+        what = result[1] if len(result) > 1 else (
+            f"{name} was still running after {seconds(check_timeout)} (the limit for checking one answer; "
+            f"{raise_it('--check-timeout')})")
+        return score(exercise_id, TIMED_OUT, f"{FAIL_MARK} {exercise_id}: timed out: {what}")
     if kind == TAMPERED:
         changed = ", ".join(result[1])
         return score(exercise_id, NOT_SCORED, f"{FAIL_MARK} {exercise_id}: not scored: while {name} was defined or "
                                               f"checked, the notebook's code changed {changed}")
     if kind != RECORD:
         return score(exercise_id, ERROR, f"{FAIL_MARK} {exercise_id}: could not be checked: {result[1]}")
-    judged = judge(exercise, to_record(result[1]))
+    judged = judge(exercise, from_message(result[1]))
     if judged.status != PASSED and "is not defined" in judged.line:
         return score(exercise_id, judged.status, f"{judged.line} (The grader runs the answers with only the "
                      "notebook's imports, def and class statements and plain assignments: set what the answer uses "
@@ -158,8 +161,9 @@ def verdict(exercise_id: str, result: tuple, run: NotebookRun, definers: dict[in
         unrun = [i for i, names in definers.items() if name in names and i not in run.ran]
         if unrun:
             why = run.not_run.get(unrun[0], f"{run.name(unrun[0])} did not run")
-            return score(exercise_id, NOT_RUN, f"{FAIL_MARK} {exercise_id}: not run: {why}; {name} is defined in "
-                                               f"{run.name(unrun[0])}, which did not run to its end")
+            status = TIMED_OUT if unrun[0] in run.timed_out else NOT_RUN
+            return score(exercise_id, status, f"{FAIL_MARK} {exercise_id}: {status}: {why}; {name} is defined in "
+                                              f"{run.name(unrun[0])}, which did not run to its end")
     return score(exercise_id, judged.status, judged.line, judged.checks_passed)
 
 

@@ -28,6 +28,13 @@ CELL_TIMEOUT = 30.0
 CHECK_TIMEOUT = 30.0
 
 
+def raise_it(flag: str) -> str:
+    """How a report that something ran out of time says which limit to raise: ``raise it with
+    --cell-timeout SECONDS``. A verdict of "timed out" says nothing about the answer: on a slow or
+    busy machine, grade again with a higher limit."""
+    return f"raise it with {flag} SECONDS"
+
+
 def limit_errors(args: argparse.Namespace) -> list[str]:
     """What is wrong with the limits and ``--jobs`` given on the command line (``[]`` if nothing)."""
     limits = {"--timeout": args.timeout, "--cell-timeout": args.cell_timeout, "--check-timeout": args.check_timeout}
@@ -67,5 +74,5 @@ def require_grading_platform() -> None:
         raise GradingUnavailableError(problem)
 
 
-__all__ = ["NOTEBOOK_TIMEOUT", "CELL_TIMEOUT", "CHECK_TIMEOUT", "limit_errors", "missing_platform_pieces",
+__all__ = ["NOTEBOOK_TIMEOUT", "CELL_TIMEOUT", "CHECK_TIMEOUT", "raise_it", "limit_errors", "missing_platform_pieces",
            "platform_problem", "GradingUnavailableError", "require_grading_platform"]

@@ -1,0 +1,59 @@
+"""The three ways of computing attention's middle that ``bench --tiled`` compares, as calls.
+
+Built here, apart from the run (:mod:`mha_course.bench.tiled`), so that the memory server
+(:mod:`mha_course.bench.memory`) can build them in its child processes without importing the run,
+as :mod:`mha_course.bench.steps` does for the main benchmark.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..masking import causal_mask
+from ..tiled import tiled_attention
+from .sizes import BenchConfig
+
+#: The three ways of computing attention's middle, by name.
+TILED_IMPLEMENTATIONS = {
+    "scores": "the explicit (T, T) scores, mask and softmax, then the weighted sum",
+    "tiled": "tiled_attention: a Python loop over tiles with an online softmax",
+    "sdpa": "scaled_dot_product_attention(is_causal=True): the fused kernel",
+}
+
+
+def explicit_attention(queries, keys, values):
+    """The textbook middle: every head's ``(T, T)`` scores, masked, softmaxed, times the values."""
+    num_tokens, head_dim = queries.shape[-2:]
+    scores = (queries * head_dim**-0.5) @ keys.transpose(2, 3)  # (B, h, T, T)
+    scores.masked_fill_(causal_mask(num_tokens, device=scores.device), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ values  # (B, h, T, d_h)
+
+
+def tiled_inputs(config: BenchConfig, device="cpu", seed: int = 1):
+    """Seeded queries, keys and values ``(B, h, T, d_h)`` of one size."""
+    g = torch.Generator().manual_seed(seed)
+    shape = (config.batch, config.num_heads, config.num_tokens, config.head_dim)
+    return tuple(torch.randn(*shape, generator=g).to(device) for _ in range(3))
+
+
+def tiled_calls(config: BenchConfig, block_size: int, device="cpu", seed: int = 1) -> dict:
+    """Name -> a no-argument callable computing attention's middle that way, under ``torch.no_grad``.
+
+    Example:
+        >>> calls = tiled_calls(BenchConfig("tiny", 1, 16, 16, 2, 8, ""), block_size=4)
+        >>> torch.allclose(calls["tiled"](), calls["sdpa"](), atol=1e-5), list(calls)
+        (True, ['scores', 'tiled', 'sdpa'])
+    """
+    q, k, v = tiled_inputs(config, device, seed)
+    functions = {"scores": explicit_attention,
+                 "tiled": lambda q, k, v: tiled_attention(q, k, v, block_size=block_size),
+                 "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)}
+
+    def no_grad(fn):
+        def call():
+            with torch.no_grad():
+                return fn(q, k, v)
+        return call
+
+    return {name: no_grad(functions[name]) for name in TILED_IMPLEMENTATIONS}

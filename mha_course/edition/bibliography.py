@@ -1,0 +1,77 @@
+r"""The book's bibliography as the chapters cite it: the works of a BibTeX file, read by pybtex, and
+the one author-year rule.
+
+The book (its References list, through ``book/_ext/author_year_labels.py``) and the student
+edition's Markdown (its citations, :mod:`mha_course.edition.jupyter_markdown`) both name a work by
+:func:`author_year`: "Shazeer, 2019", "Michel and Levy, 2019", "Vaswani et al., 2017".
+
+Example:
+    >>> works = read_bib("@book{r24, author = {Raschka, Sebastian}, year = 2024}\n"
+    ...                  "@misc{a23, author = {Ainslie, J. and Lebr{\\'o}n, F. and de Jong, M.},"
+    ...                  " title = {{GQA}}, year = {2023}}")
+    >>> works["r24"].authors(), works["r24"].year, works["a23"].surnames
+    ('Raschka', '2024', ['Ainslie', 'Lebrón', 'de Jong'])
+    >>> author_year(works["a23"].surnames, works["a23"].year)
+    'Ainslie et al., 2023'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pybtex.database import parse_string
+from pybtex.richtext import Text
+
+
+def author_year(surnames: list[str], year: str) -> str:
+    """How the book names a work by ``surnames`` (in order) published in ``year``.
+
+    Example:
+        >>> author_year(["Shazeer"], "2019")
+        'Shazeer, 2019'
+        >>> author_year(["Michel", "Levy"], "2019")
+        'Michel and Levy, 2019'
+        >>> author_year(["Vaswani", "Shazeer", "Parmar"], "2017")
+        'Vaswani et al., 2017'
+        >>> author_year(["Vaswani", "Shazeer", "Parmar"], "")
+        'Vaswani et al.'
+    """
+    if not surnames:
+        names = "Anonymous"
+    elif len(surnames) == 1:
+        names = surnames[0]
+    elif len(surnames) == 2:
+        names = f"{surnames[0]} and {surnames[1]}"
+    else:
+        names = f"{surnames[0]} et al."
+    return f"{names}, {year}" if year else names
+
+
+def surnames(entry) -> list[str]:
+    """The surnames of a pybtex entry's authors (else its editors), as plain Unicode: ``de Jong``,
+    ``Lebrón`` (TeX accents applied, protecting braces dropped)."""
+    people = entry.persons.get("author") or entry.persons.get("editor") or []
+    return [Text.from_latex(" ".join(person.prelast_names + person.last_names)).render_as("text")
+            for person in people]
+
+
+@dataclass
+class Work:
+    """A cited work, as far as a citation in the text names it: its authors' surnames and its year."""
+
+    surnames: list[str]
+    year: str
+
+    def authors(self) -> str:
+        """``Raschka``, ``Michel and Levy``, ``Vaswani et al.``"""
+        return author_year(self.surnames, "")
+
+
+def read_bib(text: str) -> dict[str, Work]:
+    """The works of a BibTeX file's ``text``, by key (pybtex reads it)."""
+    database = parse_string(text, "bibtex")
+    return {key: Work(surnames(entry), Text.from_latex(entry.fields.get("year", "n.d.")).render_as("text"))
+            for key, entry in database.entries.items()}
+
+
+__all__ = ["author_year", "surnames", "Work", "read_bib"]

@@ -1,0 +1,128 @@
+"""The package's files as the grader found them: a snapshot, private copies, a check for edits.
+
+A notebook being graded runs with the same rights as the grader, so it could edit the package's
+files on disk (the checks, or the code that records an answer) and pass every exercise - its own
+and, as the edit stays, every notebook graded after it. The grader therefore
+
+* reads every source file of the installed package once, when grading starts
+  (:class:`PackageSnapshot`), and takes everything it runs from that snapshot;
+* runs each notebook, and each replay of its answers, against a private copy written from that
+  snapshot into a fresh temporary folder (:meth:`PackageSnapshot.write_copy`): an edit the
+  notebook makes through ``mha_course.__file__`` reaches that copy only, and the grader finds it
+  there (:meth:`PackageSnapshot.changed_in`) and does not score the notebook;
+* after each notebook compares the installed source files with the snapshot
+  (:meth:`PackageSnapshot.changed`). It never writes into them: the installed package is often a
+  contributor's working tree (an editable install), where an edit saved while grading runs is
+  the contributor's work. An installed file that changed while a notebook ran is reported, and
+  that notebook is not scored, since the grader cannot tell who changed it.
+
+Compiled files (``__pycache__``) are not compared: any Python that imports the package writes
+them. The private copies hold none, and their processes write none.
+
+Notebooks graded at the same time share an :class:`EditWatch`, so that an edit found while one of
+them runs withholds the score of every notebook that was running then.
+
+Example:
+    >>> import tempfile
+    >>> snapshot = PackageSnapshot()
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     copy = snapshot.write_copy(Path(folder))
+    ...     (copy / "mha_course" / "__init__.py").exists(), snapshot.changed_in(copy)
+    (True, [])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from pathlib import Path
+
+import mha_course
+
+PACKAGE = "mha_course"
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    """Every source file under ``root`` by relative path (compiled ``__pycache__`` files left out)."""
+    return {path.relative_to(root).as_posix(): path.read_bytes()
+            for path in sorted(root.rglob("*")) if path.is_file() and "__pycache__" not in path.parts}
+
+
+class PackageSnapshot:
+    """The bytes of every source file of the package, read once."""
+
+    def __init__(self, root: Path | None = None):
+        self.root = Path(root or Path(mha_course.__file__).parent)
+        self.files = _files(self.root)
+        self.digest = hashlib.sha256(b"".join(name.encode() + b"\0" + data for name, data in self.files.items())
+                                     ).hexdigest()
+
+    def write_copy(self, folder: Path) -> Path:
+        """Write the package's source files under ``folder/mha_course/``; return ``folder`` (for
+        ``sys.path``)."""
+        for name, data in self.files.items():
+            target = folder / PACKAGE / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        return folder
+
+    def _differences(self, root: Path) -> list[str]:
+        now = _files(root) if root.is_dir() else {}
+        return sorted(n for n in self.files.keys() | now.keys() if self.files.get(n) != now.get(n))
+
+    def is_installed_at(self, folder: Path) -> bool:
+        """Whether ``folder`` (a ``sys.path`` entry) is where the installed package lives."""
+        try:
+            return (folder / PACKAGE).resolve() == self.root.resolve()
+        except OSError:
+            return False
+
+    def changed(self) -> list[str]:
+        """The installed package's source files that differ from the snapshot (edited, added or
+        removed). Only reads them."""
+        return self._differences(self.root)
+
+    def changed_in(self, copy: Path) -> list[str]:
+        """The source files of a private copy (written by :meth:`write_copy`) that differ."""
+        return self._differences(copy / PACKAGE)
+
+
+class EditWatch:
+    """Notebooks being graded at the same time, so that an edit to the installed package found by
+    one of them withholds the score of every notebook that was running when it was found. Edits
+    are found, never undone: the files stay as whoever changed them left them."""
+
+    def __init__(self, snapshot: PackageSnapshot):
+        self.snapshot = snapshot
+        self.lock = threading.Lock()
+        self.running: dict[int, list[str]] = {}
+        self.reported: set[str] = set()  # changed files already blamed on the notebooks running then
+
+    def start(self) -> int:
+        """A key for a notebook that starts running now."""
+        with self.lock:
+            key = max(self.running, default=0) + 1
+            while key in self.running:
+                key += 1
+            self.running[key] = []
+            return key
+
+    def check(self, key: int) -> list[str]:
+        """The installed source files found changed since grading started while ``key`` ran (each
+        is reported once, to the notebooks running when it was first found); ``[]`` if none."""
+        with self.lock:
+            new = [name for name in self.snapshot.changed() if name not in self.reported]
+            self.reported.update(new)
+            for others in self.running.values():
+                others.extend(name for name in new if name not in others)
+            return list(self.running[key])
+
+    def finish(self, key: int) -> list[str]:
+        """:meth:`check` a last time, for a notebook that has finished."""
+        found = self.check(key)
+        with self.lock:
+            del self.running[key]
+        return found
+
+
+__all__ = ["PackageSnapshot", "EditWatch"]

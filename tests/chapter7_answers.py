@@ -1,0 +1,133 @@
+"""Answers to the exercises of chapter 7 for the check tests: a correct one each, and one per catalogued mistake.
+
+Written the way a learner would write them, independently of the catalogue's own detectors
+(:func:`mha_course.exercises.chapter7.update_variant` and :func:`~mha_course.exercises.chapter7.tile_variant`),
+so a test passes only if the catalogue recognises real code.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# ----------------------------------------------------------------------------------------------
+# 7.1
+
+
+def online_softmax_update(row_max, row_sum, acc, scores, values):
+    new_max = torch.maximum(row_max, scores.max(dim=-1, keepdim=True).values)
+    weights = torch.exp(scores - new_max)
+    rescale = torch.exp(row_max - new_max)
+    return new_max, row_sum * rescale + weights.sum(dim=-1, keepdim=True), acc * rescale + weights @ values
+
+
+def _update_in_another_style(row_max, row_sum, acc, scores, values):  # also correct: one exp per state
+    new_max = torch.max(row_max, scores.amax(-1, keepdim=True))
+    p = (scores - new_max).exp()
+    alpha = (row_max - new_max).exp()
+    return new_max, alpha * row_sum + p.sum(-1, keepdim=True), alpha * acc + torch.matmul(p, values)
+
+
+def _update(row_max, row_sum, acc, scores, values, *, acc_rescaled=True, sum_rescaled=True, by="new", use_max=True):
+    tile_max = scores.max(dim=-1, keepdim=True).values
+    new_max = torch.maximum(row_max, tile_max)
+    if not use_max:
+        weights = torch.exp(scores)
+        return new_max, row_sum + weights.sum(-1, keepdim=True), acc + weights @ values
+    weights = torch.exp(scores - new_max)
+    rescale = {"new": torch.exp(row_max - new_max), "tile": torch.exp(row_max - tile_max),
+               "inverted": torch.exp(new_max - row_max)}[by]
+    new_sum = (row_sum * rescale if sum_rescaled else row_sum) + weights.sum(-1, keepdim=True)
+    new_acc = (acc * rescale if acc_rescaled else acc) + weights @ values
+    return new_max, new_sum, new_acc
+
+
+def _update_with(**how):
+    return lambda row_max, row_sum, acc, scores, values: _update(row_max, row_sum, acc, scores, values, **how)
+
+
+def _update_by_the_package(row_max, row_sum, acc, scores, values):
+    from mha_course import tiled_attention
+
+    tiled_attention(torch.zeros(1, 1, 2, 2), torch.zeros(1, 1, 2, 2), torch.zeros(1, 1, 2, 2), block_size=1)
+    return online_softmax_update(row_max, row_sum, acc, scores, values)
+
+
+# ----------------------------------------------------------------------------------------------
+# 7.2
+
+
+def tile_kind(q_start, k_start, block_size, num_tokens):
+    last_query = min(q_start + block_size, num_tokens) - 1
+    last_key = min(k_start + block_size, num_tokens) - 1
+    if k_start > last_query:
+        return "skipped"
+    if last_key > q_start:
+        return "cut"
+    return "computed"
+
+
+def _tile_kind_by_blocks(q_start, k_start, block_size, num_tokens):  # also correct: compare block indices
+    i, j = q_start // block_size, k_start // block_size
+    if j > i:
+        return "skipped"
+    if j < i:
+        return "computed"
+    return "cut" if min(block_size, num_tokens - q_start) > 1 else "computed"
+
+
+def _diagonal_skipped(q_start, k_start, block_size, num_tokens):
+    if k_start >= q_start:
+        return "skipped"
+    return "computed"
+
+
+def _diagonal_not_cut(q_start, k_start, block_size, num_tokens):
+    return "skipped" if k_start > q_start else "computed"
+
+
+def _one_tile_past(q_start, k_start, block_size, num_tokens):
+    if k_start > q_start + block_size:
+        return "skipped"
+    return "cut" if k_start >= q_start else "computed"
+
+
+def _no_clamp(q_start, k_start, block_size, num_tokens):
+    last_query = q_start + block_size - 1
+    if k_start > last_query:
+        return "skipped"
+    return "cut" if k_start + block_size - 1 > q_start else "computed"
+
+
+def _diagonal_always_cut(q_start, k_start, block_size, num_tokens):
+    if k_start > min(q_start + block_size, num_tokens) - 1:
+        return "skipped"
+    return "cut" if k_start == q_start else "computed"
+
+
+def _tile_kind_by_the_package(q_start, k_start, block_size, num_tokens):
+    from mha_course.tiled import tile_kind as package_tile_kind
+
+    return package_tile_kind(q_start, k_start, block_size, num_tokens)
+
+
+CORRECT = {"7.1": online_softmax_update, "7.2": tile_kind}
+
+#: More correct answers, written differently.
+ALSO_CORRECT = {"7.1": [_update_in_another_style], "7.2": [_tile_kind_by_blocks]}
+
+WRONG = {
+    ("7.1", "no-running-max"): _update_with(use_max=False),
+    ("7.1", "neither-rescaled"): _update_with(acc_rescaled=False, sum_rescaled=False),
+    ("7.1", "acc-not-rescaled"): _update_with(acc_rescaled=False),
+    ("7.1", "sum-not-rescaled"): _update_with(sum_rescaled=False),
+    ("7.1", "rescale-by-tile-max"): _update_with(by="tile"),
+    ("7.1", "rescale-inverted"): _update_with(by="inverted"),
+    ("7.2", "diagonal-skipped"): _diagonal_skipped,
+    ("7.2", "diagonal-not-cut"): _diagonal_not_cut,
+    ("7.2", "one-tile-past"): _one_tile_past,
+    ("7.2", "no-clamp"): _no_clamp,
+    ("7.2", "diagonal-always-cut"): _diagonal_always_cut,
+}
+
+#: Answers that get the numbers right by calling the package's own answer: refused.
+BY_THE_PACKAGE = [("7.1", _update_by_the_package), ("7.2", _tile_kind_by_the_package)]
