@@ -307,6 +307,73 @@ def test_the_grader_refuses_an_answer_that_switches_the_watch_off_or_walks_aroun
     assert lines["1.2"].startswith("✗ 1.2: written by you: ") and "scaled_dot_product_attention" in lines["1.2"], lines
 
 
+CONSTANTS_COMPUTED_BY_A_CALL = [
+    "import numpy as np\nimport torch\nfrom mha_course import check",
+    "_FUTURE = torch.ones(64, 64, dtype=torch.bool).triu(1)\n"
+    "NEG_INF = torch.tensor(float('-inf'))\n"
+    "BYTES_PER_FLOAT32 = torch.finfo(torch.float32).bits // 8\n"
+    "KEYS_AND_VALUES = np.int64(2)\n"
+    "IGNORED = print('a call no answer reads: not replayed')",
+    "def build_causal_mask(num_tokens, device=None):\n    return _FUTURE[:num_tokens, :num_tokens].to(device)",
+    'check("1.1", build_causal_mask)',
+    "def causal_attention_forward(x, W_query, W_key, W_value):\n"
+    "    queries, keys, values = x @ W_query, x @ W_key, x @ W_value\n"
+    "    scores = queries @ keys.transpose(1, 2) / keys.shape[-1] ** 0.5\n"
+    "    n = x.shape[1]\n"
+    "    future = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)\n"
+    "    return torch.softmax(scores.masked_fill(future, NEG_INF.to(x.device)), dim=-1) @ values",
+    'check("1.2", causal_attention_forward)',
+    "def attention_layer_size(d_model, num_heads, context_length, qkv_bias=True):\n"
+    "    weights = 4 * d_model * d_model + (3 * d_model if qkv_bias else 0) + d_model\n"
+    "    return {'head_dim': d_model // num_heads, 'parameters': weights,\n"
+    "            'attention_weights_mib': num_heads * context_length**2 * BYTES_PER_FLOAT32 / 2**20}",
+    'check("3.4", attention_layer_size)',
+    "def kv_cache_size(num_layers, num_heads, num_kv_groups, head_dim, num_tokens, batch_size, bytes_per_number):\n"
+    "    return int(KEYS_AND_VALUES * num_layers * num_kv_groups * head_dim * bytes_per_number * num_tokens"
+    " * batch_size)",
+    'check("6.3", kv_cache_size)',
+]
+
+
+@POSIX_GRADING
+def test_answers_that_read_a_constant_computed_by_a_call_pass_in_the_grader_as_in_the_notebook(tmp_path):
+    notebook = tmp_path / "constants.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CONSTANTS_COMPUTED_BY_A_CALL]),
+                   notebook)
+    out = tmp_path / "scores.json"
+    process = grade_command([str(notebook), "--json", str(out), "--timeout", "600", "--cell-timeout",
+                             str(CELL_LIMIT), "--check-timeout", str(CHECK_LIMIT)], tmp_path,
+                            package_copy(tmp_path / "installed"))
+    _, stderr = process.communicate(timeout=900)
+    assert process.returncode == 0, stderr
+    [report] = json.loads(out.read_text(encoding="utf-8"))["notebooks"]
+    graded = {e["id"]: e["status"] for e in report["exercises"] if e["id"] in ("1.1", "1.2", "3.4", "6.3")}
+    assert graded == dict.fromkeys(("1.1", "1.2", "3.4", "6.3"), "passed"), report
+    assert not [e for e in report["events"] if "disagree" in e or "printed" in e], report["events"]
+
+
+@POSIX_GRADING
+def test_a_kernel_that_is_not_installed_falls_back_to_python3_with_a_note(tmp_path):
+    notebook = tmp_path / "01_other_kernel.ipynb"
+    cells = ["import torch\nfrom mha_course import check",
+             "def build_causal_mask(num_tokens, device=None):\n"
+             "    return torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=device).triu(1)",
+             'check("1.1", build_causal_mask)']
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {"name": "course-env", "display_name": "Python (course-env)", "language": "python"}
+    nbformat.write(nb, notebook)
+    out = tmp_path / "scores.json"
+    process = grade_command([str(notebook), "--json", str(out), "--timeout", "600", "--cell-timeout",
+                             str(CELL_LIMIT), "--check-timeout", str(CHECK_LIMIT)], tmp_path,
+                            package_copy(tmp_path / "installed"))
+    _, stderr = process.communicate(timeout=900)
+    assert process.returncode == 0, stderr
+    [report] = json.loads(out.read_text(encoding="utf-8"))["notebooks"]
+    assert _statuses(report)["1.1"] == "passed", report
+    assert report["events"] == ["the notebook names the kernel 'course-env', which is not installed here: it ran on "
+                                "python3"]
+
+
 def test_definitions_replay_imports_defs_and_plain_assignments_only():
     code = "\n".join([
         "import torch", "from torch import nn as neural", "torch.save = print", "setattr(torch, 'load', print)",

@@ -11,8 +11,9 @@ Here:
 2. the names in the modules that checking relies on (``torch``, ``torch.Tensor``, ``nn.Module``,
    ``builtins``, every ``mha_course`` module) and the code of the package's functions are noted;
 3. the notebook's *definitions* are replayed, cell by cell (see
-   :mod:`mha_course.exercises.definitions`): imports, ``def``, ``class``, plain assignments. The
-   cells that patched torch or the package, printed fake verdicts or called ``check`` do not run;
+   :mod:`mha_course.exercises.definitions`): imports, ``def``, ``class``, plain assignments, and
+   the assignments of what the definitions read (a constant computed by a call). The cells that
+   patched torch or the package, printed fake verdicts or called ``check`` do not run;
 4. each answer is probed, as ``check`` does; if the notebook's code changed any of the noted names or
    code while it ran, the record says so and the grader does not score the answer;
 5. each record is sent to the grader as plain data (tensors as their dtype, shape and values) on a
@@ -42,7 +43,7 @@ import types
 import torch
 
 from ..exercises import EXERCISES
-from ..exercises.definitions import definitions
+from ..exercises.definitions import definitions, used_globals
 from ..exercises.framework import MISSING, STATUS_KEY, probe
 
 # Kept aside before any notebook code runs (step 1).
@@ -119,8 +120,9 @@ def run(work: dict, fd: int) -> None:
     before = _watched()
     namespace: dict = {"__name__": "__main__", "__builtins__": builtins}
     errors = []
+    used = used_globals([code for _, code in work["cells"]])
     for number, code in work["cells"]:
-        for statement in definitions(code):
+        for statement in definitions(code, used):
             try:
                 _exec(_compile(_Module(body=[statement], type_ignores=[]), f"<cell {number}>", "exec"), namespace)
             except BaseException as error:  # noqa: BLE001 - a replayed definition that fails is reported
