@@ -374,6 +374,36 @@ def test_a_kernel_that_is_not_installed_falls_back_to_python3_with_a_note(tmp_pa
                                 "python3"]
 
 
+#: The chapters whose checks replay dropout or rebuild modules from a seed, which notebooks graded
+#: side by side once disturbed in one another.
+SEEDED_CHAPTERS = ["02_stacked_heads.ipynb", "03_batched_heads.ipynb", "04_what_heads_cost.ipynb",
+                   "06_sharing_keys_and_values.ipynb"]
+
+
+@POSIX_GRADING
+def test_the_instructors_solutions_pass_when_graded_several_at_a_time_several_times(tmp_path):
+    notebooks = tmp_path / "book"
+    shutil.copytree(ROOT / "book" / "data", notebooks / "data")
+    paths = []
+    for round_ in (1, 2):  # each chapter twice, under the name of its chapter
+        for name in SEEDED_CHAPTERS:
+            copy = notebooks / f"round{round_}" / name
+            copy.parent.mkdir(exist_ok=True)
+            shutil.copy(ROOT / "book" / name, copy)
+            shutil.copytree(ROOT / "book" / "data", copy.parent / "data", dirs_exist_ok=True)
+            paths.append(copy)
+    out = tmp_path / "scores.json"
+    process = grade_command([*map(str, paths), "--json", str(out), "--timeout", "900", "--cell-timeout", "300",
+                             "--check-timeout", "120", "--jobs", "4"], tmp_path, package_copy(tmp_path / "installed"))
+    _, stderr = process.communicate(timeout=1800)
+    assert process.returncode == 0, stderr
+    reports = json.loads(out.read_text(encoding="utf-8"))["notebooks"]
+    failed = [(Path(r["notebook"]).parent.name, e["id"], e["line"]) for r in reports for e in r["exercises"]
+              if e["status"] != "passed"]
+    assert failed == [], failed
+    assert len(reports) == 8 and all(r["events"] == [] for r in reports), [r["events"] for r in reports]
+
+
 def test_definitions_replay_imports_defs_and_plain_assignments_only():
     code = "\n".join([
         "import torch", "from torch import nn as neural", "torch.save = print", "setattr(torch, 'load', print)",
