@@ -404,6 +404,55 @@ def test_the_instructors_solutions_pass_when_graded_several_at_a_time_several_ti
     assert len(reports) == 8 and all(r["events"] == [] for r in reports), [r["events"] for r in reports]
 
 
+def _forging_notebooks() -> dict[str, list[str]]:
+    """Two notebooks that forge their grade from code the grader replays: a class body that swaps
+    exercise 1.1's probe for one that probes a correct mask; a default argument that fixes the seed
+    of the checks' inputs, for which a lookup table of 6.3's answers was copied."""
+    from mha_course import cost
+    from mha_course.exercises.chapter6 import SIZE_CASES, size_case
+
+    table = {}
+    for key in SIZE_CASES:
+        args = size_case(4242, key)
+        table[args] = cost.kv_cache_bytes(args[0], args[2], args[3], args[4], args[5], args[6])
+    return {
+        "swaps_a_probe.ipynb": [
+            "import torch\nfrom mha_course import check\nfrom mha_course.exercises import EXERCISES",
+            "class Forge:\n    real = EXERCISES['1.1'].probe\n"
+            "    object.__setattr__(EXERCISES['1.1'], 'probe', lambda answer, rec, real=real: real(\n"
+            "        lambda n, device=None: torch.ones(n, n, dtype=torch.bool, device=device).triu(1), rec))",
+            "def build_causal_mask(num_tokens, device=None):  # wrong: masks nothing\n"
+            "    return torch.zeros(num_tokens, num_tokens, dtype=torch.bool, device=device)",
+            'check("1.1", build_causal_mask)'],
+        "fixes_the_seed.ipynb": [
+            "import os\nfrom mha_course import check",
+            f"TABLE = {table!r}",
+            "def kv_cache_size(num_layers, num_heads, num_kv_groups, head_dim, num_tokens, batch_size,\n"
+            "                  bytes_per_number, _=os.environ.__setitem__('MHA_COURSE_CHECK_SEED', '4242')):\n"
+            "    args = (num_layers, num_heads, num_kv_groups, head_dim, num_tokens, batch_size, bytes_per_number)\n"
+            "    return TABLE.get(args, 0)",
+            'check("6.3", kv_cache_size)'],
+    }
+
+
+@POSIX_GRADING
+def test_code_the_grader_replays_cannot_swap_a_probe_or_choose_the_seed(tmp_path):
+    paths = []
+    for name, cells in _forging_notebooks().items():
+        paths.append(tmp_path / name)
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), paths[-1])
+    out = tmp_path / "scores.json"
+    env = package_copy(tmp_path / "installed")
+    env.pop("MHA_COURSE_CHECK_SEED", None)
+    process = grade_command([*map(str, paths), "--json", str(out), "--timeout", "600", "--cell-timeout",
+                             str(CELL_LIMIT), "--check-timeout", str(CHECK_LIMIT), "--jobs", "2"], tmp_path, env)
+    _, stderr = process.communicate(timeout=900)
+    assert process.returncode == 0, stderr
+    swaps, seed = json.loads(out.read_text(encoding="utf-8"))["notebooks"]
+    assert _statuses(swaps)["1.1"] == "not scored", swaps  # its replayed class body changed the exercise table
+    assert _statuses(seed)["6.3"] == "failed", seed  # drawn afresh, the inputs are not in the table
+
+
 def test_definitions_replay_imports_defs_and_plain_assignments_only():
     code = "\n".join([
         "import torch", "from torch import nn as neural", "torch.save = print", "setattr(torch, 'load', print)",
