@@ -571,3 +571,15 @@ def test_without_the_posix_pieces_grading_stops_at_once_with_a_clear_message(mon
         grade([notebook], progress=False)
     with pytest.raises(GradingUnavailableError, match="it lacks os.fork"):
         grade_notebook(notebook)
+
+
+def test_a_pth_file_added_to_site_packages_is_found(tmp_path):
+    from mha_course.grading.package_files import environment_changes, environment_files
+
+    (tmp_path / "kept.pth").write_text("/somewhere\n", encoding="utf-8")
+    before = environment_files([tmp_path])
+    assert environment_changes(before, [tmp_path]) == []
+    (tmp_path / "switch_off.pth").write_text("import sys; sys.setprofile(None)\n", encoding="utf-8")
+    (tmp_path / "kept.pth").write_text("/elsewhere\n", encoding="utf-8")
+    assert environment_changes(before, [tmp_path]) == ["kept.pth", "switch_off.pth"]
+
