@@ -49,7 +49,6 @@ from __future__ import annotations
 import __future__
 
 import ast
-import copy
 import dis
 import functools
 import inspect
@@ -274,10 +273,9 @@ def reporting(function: types.FunctionType) -> str | None:
         return report
     if code.co_name == "<lambda>" or set(code.co_freevars) - {"__class__"}:
         return None
-    node = _definitions(code.co_filename).get(code.co_firstlineno)
+    node = _definitions(code.co_filename).pop(code.co_firstlineno, None)  # each is rewritten once, in place
     if node is None or node.name != code.co_name:
         return None
-    node = copy.deepcopy(node)
     docstring = (isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
                  and isinstance(node.body[0].value.value, str))
     at = node.body[1 if docstring and len(node.body) > 1 else 0]
