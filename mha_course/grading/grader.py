@@ -16,7 +16,8 @@ For each notebook the grader
 3. finds the answers in a *fresh* process (:mod:`mha_course.grading.answer_process`, which runs
    :mod:`mha_course.grading.answer_probing`), against another private copy of the package: it
    replays only the statements of the cells that ran which define names (imports, ``def``,
-   ``class``, plain assignments; see :mod:`mha_course.exercises.definitions`), probes each answer by
+   ``class``, plain assignments, the assignments of what those definitions read; see
+   :mod:`mha_course.exercises.definitions`), probes each answer by
    its name (``build_causal_mask``, ...) as ``check`` does, and sends back what the answer did as
    plain data. Patches of torch or of the package made by the notebook's other cells never run
    there, and an answer that changes them while it is checked is not scored;
