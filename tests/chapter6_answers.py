@@ -23,6 +23,14 @@ def _expand_by_new_axis(kv, num_heads):  # also correct: a new axis of size 1, s
         batch, num_heads, tokens, head_dim)
 
 
+def _expand_by_indexing(kv, num_heads):  # also correct: indexing by CPU indices works on a GPU too
+    return kv[:, torch.arange(num_heads) // (num_heads // kv.shape[1])]
+
+
+def _expand_by_index_select(kv, num_heads):  # also correct: the indices made on kv's device
+    return kv.index_select(1, torch.arange(num_heads, device=kv.device) // (num_heads // kv.shape[1]))
+
+
 # ----------------------------------------------------------------------------------------------
 # 6.2
 
@@ -33,7 +41,8 @@ def _heads(t, n):
 
 
 def _step(gqa, x_new, past_keys, past_values, *, tile=False, scale=True, append_first=True, new_first=False,
-          project_out=True, use_bias=True, dim=-1, row_zero_mask=False, return_past=False):
+          project_out=True, use_bias=True, dim=-1, row_zero_mask=False, return_past=False, append_twice=False,
+          cpu_tensor=False):
     def linear(layer, t):
         return layer(t) if use_bias else t @ layer.weight.T
 
@@ -44,6 +53,8 @@ def _step(gqa, x_new, past_keys, past_values, *, tile=False, scale=True, append_
         keys, values = torch.cat([new_keys, past_keys], dim=2), torch.cat([new_values, past_values], dim=2)
     else:
         keys, values = torch.cat([past_keys, new_keys], dim=2), torch.cat([past_values, new_values], dim=2)
+    if append_twice:  # the new token appended once to attend, then once more to return
+        keys, values = torch.cat([keys, new_keys], dim=2), torch.cat([values, new_values], dim=2)
     seen_keys, seen_values = (keys, values) if append_first else (past_keys, past_values)
     r = gqa.num_heads // gqa.num_kv_groups
     if tile:
@@ -53,6 +64,8 @@ def _step(gqa, x_new, past_keys, past_values, *, tile=False, scale=True, append_
     scores = queries @ seen_keys.transpose(-2, -1)
     if scale:
         scores = scores / seen_keys.shape[-1] ** 0.5
+    if cpu_tensor:  # a fresh tensor without a device: on the CPU, whatever the inputs' device
+        scores = scores + torch.zeros(scores.shape[-1])
     if row_zero_mask:  # the first row of the module's causal mask
         scores = scores.masked_fill(gqa.mask[:1, : scores.shape[-1]], float("-inf"))
     context = (torch.softmax(scores, dim=dim) @ seen_values).transpose(1, 2).flatten(2)
@@ -114,7 +127,7 @@ def _size_by_the_package(num_layers, num_heads, num_kv_groups, head_dim, num_tok
 CORRECT = {"6.1": expand_kv_heads, "6.2": decode_step, "6.3": kv_cache_size}
 
 #: More correct answers, written differently.
-ALSO_CORRECT = {"6.1": [_expand_by_new_axis]}
+ALSO_CORRECT = {"6.1": [_expand_by_new_axis, _expand_by_indexing, _expand_by_index_select]}
 
 WRONG = {
     ("6.1", "repeat"): lambda kv, h: kv.repeat(1, h // kv.shape[1], 1, 1),
@@ -123,6 +136,8 @@ WRONG = {
     ("6.1", "token-axis"): lambda kv, h: torch.repeat_interleave(kv, h // kv.shape[1], dim=2),
     ("6.1", "feature-axis"): lambda kv, h: kv.repeat_interleave(h // kv.shape[1], dim=3),
     ("6.1", "expand-one-group"): lambda kv, h: kv.expand(-1, h, -1, -1),
+    # Passed on the meta device, which lets index_select take CPU indices; a GPU refuses them.
+    ("6.1", "index-on-cpu"): lambda kv, h: kv.index_select(1, torch.arange(h) // (h // kv.shape[1])),
     ("6.2", "keys-not-appended"): _step_with(return_past=True),
     ("6.2", "new-token-first"): _step_with(new_first=True),
     ("6.2", "new-token-not-attended"): _step_with(append_first=False),
@@ -132,6 +147,8 @@ WRONG = {
     ("6.2", "bias-ignored"): _step_with(use_bias=False),
     ("6.2", "softmax-over-queries"): _step_with(dim=-2),
     ("6.2", "mask-row-of-first-token"): _step_with(row_zero_mask=True),
+    ("6.2", "appended-twice"): _step_with(append_twice=True),
+    ("6.2", "cpu-tensor"): _step_with(cpu_tensor=True),
     ("6.3", "mib"): lambda L, h, g, d, T, B, b: kv_cache_size(L, h, g, d, T, B, b) / 2**20,
     ("6.3", "keys-only"): lambda L, h, g, d, T, B, b: L * g * d * b * T * B,
     ("6.3", "query-heads"): lambda L, h, g, d, T, B, b: 2 * L * h * d * b * T * B,

@@ -223,7 +223,7 @@ ALTERNATIVES = {
 
 
 def _head(x, W_query, W_key, W_value, *, diagonal=1, fill=float("-inf"), dim=-1, scale=None, mix=None,
-          transposed=False, zero_after=False, use_mask=True, mask_device=True):
+          transposed=False, zero_after=False, use_mask=True, mask_device=True, dropout=0.0):
     q, k, v = x @ W_query, x @ W_key, x @ W_value
     scores = k @ q.transpose(1, 2) if transposed else q @ k.transpose(1, 2)
     n = x.shape[1]
@@ -235,6 +235,8 @@ def _head(x, W_query, W_key, W_value, *, diagonal=1, fill=float("-inf"), dim=-1,
         weights = torch.softmax(scores / divisor, dim=dim).masked_fill(mask, 0.0)
     else:
         weights = torch.softmax(scores.masked_fill(mask, fill) / divisor, dim=dim)
+    if dropout:
+        weights = F.dropout(weights, p=dropout)  # left in from the module, which has dropout
     return weights @ (v if mix is None else mix(x, k))
 
 
@@ -333,6 +335,12 @@ def _width(per_head, heads=None, cls=MultiHeadAttentionWrapper):
     def build(d_in, width, num_heads, context_length):
         return cls(d_in, per_head(width, num_heads), context_length, 0.0, heads or num_heads)
     return build
+
+
+def _width_with_dropout(d_in, width, num_heads, context_length):
+    if width % num_heads:
+        raise ValueError(f"{num_heads} heads cannot share {width} columns evenly")
+    return MultiHeadAttentionWrapper(d_in, width // num_heads, context_length, 0.1, num_heads)
 
 
 def _width_without_error(d_in, width, num_heads, context_length):
@@ -456,6 +464,8 @@ class _Batched(BatchedHeads):
             mask = self.mask.bool()[:t, :t]
         if o.get("mask") != "none":
             scores = scores.masked_fill(mask, float("-inf"))
+        if o.get("dropout") == "masked-scores":
+            scores = self.dropout(scores)
         divisor = {"d_out": self.d_out**0.5, "none": 1.0}.get(o.get("scale"), d_h**0.5)
         weights = torch.softmax(scores / divisor, dim=o.get("dim", -1))
         if o.get("dropout") in (None, "always"):
@@ -463,6 +473,8 @@ class _Batched(BatchedHeads):
         context = weights @ v
         if o.get("merge") == "no-transpose":
             merged = context.reshape(b, t, self.d_out)
+        elif o.get("merge") == "view":
+            merged = context.transpose(1, 2).view(b, t, self.d_out)
         else:
             merged = context.transpose(1, 2).contiguous().view(b, t, self.d_out)
         out = merged if o.get("out_proj") is False else self.out_proj(merged)
@@ -527,8 +539,10 @@ def _sdpa(causal="is_causal", heads=True, merge=True, out_proj=True, scale=None,
     return forward
 
 
-def _drop(zero, result="drop", in_place=False, all_positions=False):
+def _drop(zero, result="drop", in_place=False, all_positions=False, train_original=False):
     def accuracy_drop(model, head, tokens, labels):
+        if train_original:
+            model.train()  # e.g. to read the mode-dependent layers; the weights stay as they were
         target = model if in_place else copy.deepcopy(model)
         attention, d_h = target.attention, model.attention.head_dim
         with torch.no_grad():
@@ -581,6 +595,7 @@ WRONG = {
     ("1.2", "weights-times-inputs"): lambda x, q, k, v: _head(x, q, k, v, mix=lambda x, keys: x),
     ("1.2", "weights-times-keys"): lambda x, q, k, v: _head(x, q, k, v, mix=lambda x, keys: keys),
     ("1.2", "mask-on-cpu"): lambda x, q, k, v: _head(x, q, k, v, mask_device=False),
+    ("1.2", "dropout-left-in"): lambda x, q, k, v: _head(x, q, k, v, dropout=0.1),
     ("1.3", "linear-weight-transposed"): _shapes(**{"W_query.weight": "io"}),
     ("1.3", "queries-input-width"): _shapes(queries="bti"),
     ("1.3", "scores-like-queries"): _shapes(scores="bto"),
@@ -608,6 +623,7 @@ WRONG = {
     ("2.2", "d-out-times-heads"): _width(lambda width, heads: width * heads),
     ("2.2", "halved"): _width(lambda width, heads: width // 2),
     ("2.2", "indivisible-accepted"): _width_without_error,
+    ("2.2", "dropout-kept"): _width_with_dropout,
     ("2.3", "no-heads-factor"): lambda d_in, d_out, h, qkv_bias=False: 3 * (d_in + qkv_bias) * d_out,
     ("2.3", "one-projection"): lambda d_in, d_out, h, qkv_bias=False: h * (d_in + qkv_bias) * d_out,
     ("2.3", "output-projection"): lambda d_in, d_out, h, qkv_bias=False: (
@@ -664,10 +680,13 @@ WRONG = {
     ("3.5", "dropout-on-output"): _batched(dropout="output"),
     ("3.5", "dropout-always"): _batched(dropout="always"),
     ("3.5", "mask-on-cpu"): _batched(mask="fresh"),
+    ("3.5", "dropout-on-masked-scores"): _batched(dropout="masked-scores"),
+    ("3.5", "view-without-contiguous"): _batched(merge="view"),
     ("4.1", "one-attention-product"): lambda t, d_in, d_out: t * t * d_out / (t * t * d_out + 3 * t * d_in * d_out + t * d_out**2),
     ("4.1", "no-out-proj"): lambda t, d_in, d_out: 2 * t * t * d_out / (2 * t * t * d_out + 3 * t * d_in * d_out),
     ("4.1", "ratio-not-share"): lambda t, d_in, d_out: 2 * t * t * d_out / (3 * t * d_in * d_out + t * d_out**2),
     ("4.1", "widths-swapped"): lambda t, d_in, d_out: attention_share(t, d_out, d_in),
+    ("4.1", "percentage"): lambda t, d_in, d_out: 100 * attention_share(t, d_in, d_out),
     ("4.2", "not-causal"): _sdpa(causal="none"),
     ("4.2", "mask-meaning"): _sdpa(causal="mask"),
     ("4.2", "one-head"): _sdpa(heads=False),
@@ -685,6 +704,7 @@ WRONG = {
     ("5.1", "sign-flipped"): _drop(_columns, result="negative"),
     ("5.1", "accuracy-not-drop"): _drop(_columns, result="accuracy"),
     ("5.1", "position-zero-counted"): _drop(_columns, all_positions=True),
+    ("5.1", "mode-changed"): _drop(_columns, train_original=True),
 }
 
 # Chapter 6's answers live in their own module (its checks draw fresh inputs on every run).
@@ -747,6 +767,54 @@ def test_the_four_false_passes_of_the_old_checks_fail():
     for (exercise_id, key), failed_check in cases.items():
         result = run_check(exercise_id, WRONG[(exercise_id, key)])
         assert (result.status, result.failed_check, result.mistake) == ("failed", failed_check, key), result.line
+
+
+def test_two_more_false_passes_fail_with_a_hint():
+    # Each passed check() and the grader: the wrapper built with dropout 0.1 where the exercise asks for
+    # none, and head indices made on the CPU, which the meta device let index_select take.
+    cases = {("2.2", "dropout-kept"): "no dropout", ("6.1", "index-on-cpu"): "output on the input's device"}
+    for (exercise_id, key), failed_check in cases.items():
+        result = run_check(exercise_id, WRONG[(exercise_id, key)])
+        assert (result.status, result.failed_check, result.mistake) == ("failed", failed_check, key), result.line
+
+
+@pytest.mark.parametrize("exercise_id, key, words", [
+    ("1.2", "dropout-left-in", "dropout (F.dropout, nn.Dropout) is left in"),  # was: a future-token leak alone
+    ("3.5", "dropout-on-masked-scores", "multiplies their -inf by 0, which is NaN"),  # was: got [nan, ...] alone
+    ("3.5", "view-without-contiguous", "call .contiguous() first"),  # was: torch's error alone
+    ("4.1", "percentage", "That is a percentage"),
+    ("5.1", "mode-changed", "got the same weights but training mode"),  # was: "Work on a copy" to one who did
+    ("6.2", "appended-twice", "hold the new token twice"),
+    ("6.2", "cpu-tensor", "makes a tensor on the CPU"),
+])
+def test_messages_that_misled_now_say_what_went_wrong(exercise_id, key, words):
+    result = run_check(exercise_id, WRONG[(exercise_id, key)])
+    assert (result.status, result.mistake) == ("failed", key), result.line
+    assert words in result.line
+
+
+def test_numbers_are_shown_as_the_type_the_learner_returned():
+    def ints(d_model, num_heads, context_length, qkv_bias=True):  # head_dim wrong, every number an int
+        return {"head_dim": d_model, "parameters": 4 * d_model * (d_model + 1),
+                "attention_weights_mib": num_heads * context_length**2 * 4 // 2**20}
+
+    line = run_check("3.4", ints).line
+    assert "got 768." in line and "768.0" not in line, line
+    tensors = lambda d, h, t, qkv_bias=True: {k: torch.tensor(v) for k, v in ints(d, h, t, qkv_bias).items()}
+    assert "got tensor(768)." in run_check("3.4", tensors).line
+    floats = lambda d, h, t, qkv_bias=True: {k: float(v) for k, v in ints(d, h, t, qkv_bias).items()}
+    assert "got 768.0." in run_check("3.4", floats).line
+
+
+def test_records_judged_side_by_side_get_the_verdicts_they_get_alone():
+    """The grader judges several notebooks' records at once (--jobs); dropout is replayed from
+    torch's global random state, which the threads share."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    records = [(eid, probe(EXERCISES[eid], CORRECT[eid])) for eid in ("2.1", "3.5", "4.2", "6.2", "3.3")]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda item: judge(EXERCISES[item[0]], item[1]), records * 6))
+    assert [r.exercise for r in results if not r.passed] == []
 
 
 def test_head_variant_defaults_are_the_package_reference():
@@ -1110,3 +1178,13 @@ def test_checks_run_on_the_gpu_too():
         assert run_check(exercise_id, answer).passed, exercise_id
     result = run_check("1.2", WRONG[("1.2", "mask-on-cpu")])
     assert result.failed_check == "output on the input's device"
+
+
+def test_replacing_secrets_randbelow_does_not_fix_the_inputs(monkeypatch):
+    import secrets
+
+    from mha_course.exercises.framework import run_seed
+
+    monkeypatch.delenv(SEED_ENV_VAR, raising=False)
+    monkeypatch.setattr(secrets, "randbelow", lambda n: 4242)
+    assert len({run_seed() for _ in range(20)}) > 1

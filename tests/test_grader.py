@@ -1,7 +1,9 @@
 """The grader on small hostile notebooks (tests/notebooks/): one that raises, one that tampers
 (redefines check, monkeypatches the package and torch, deletes an answer, forges a record), one that
 patches torch.save when its answer is checked, one that edits the package's files on disk, one
-whose kernel dies, one that calls exit(), and one that never ends. The grader must survive each,
+whose kernel dies, one that calls exit(), and one that never ends; and, in a run of their own, one
+whose answers walk around the check "written by you", one whose answers read constants computed by
+a call, one whose class body swaps an exercise's probe, and one whose kernel is not installed. The grader must survive each,
 say what happened and in which cell, score only what the answers themselves earn, and never write
 into the learner's files or the package's.
 
@@ -275,6 +277,133 @@ def test_an_edit_and_a_new_module_saved_while_grading_runs_are_kept(tmp_path):
                             "(heads.py, new_module.py). The grader never writes into them")
 
 
+#: Hostile notebooks graded in a run of their own (tests/notebooks/): answers that walk around the
+#: check "written by you", answers that read constants computed by a call, a class body that swaps
+#: an exercise's probe, and a notebook whose kernel is not installed.
+OWN_RUN = ["walks_around_the_watch.ipynb", "constants_computed_by_a_call.ipynb", "swaps_a_probe.ipynb",
+           "01_names_another_kernel.ipynb"]
+
+
+@pytest.fixture(scope="module")
+def graded_apart(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("grade-apart")
+    notebooks = folder / "notebooks"
+    notebooks.mkdir()
+    for name in OWN_RUN:
+        shutil.copy(NOTEBOOKS / name, notebooks / name)
+    out = folder / "scores.json"
+    env = package_copy(folder / "installed")
+    env.pop("MHA_COURSE_CHECK_SEED", None)
+    process = grade_command([*(str(notebooks / n) for n in OWN_RUN), "--json", str(out), "--timeout", "600",
+                             "--cell-timeout", str(CELL_LIMIT), "--check-timeout", str(CHECK_LIMIT), "--jobs", "2"],
+                            folder, env)
+    _, stderr = process.communicate(timeout=900)
+    assert process.returncode == 0, stderr
+    return {Path(n["notebook"]).name: n for n in json.loads(out.read_text(encoding="utf-8"))["notebooks"]}
+
+
+@POSIX_GRADING
+def test_the_grader_refuses_an_answer_that_switches_the_watch_off_or_walks_around_it(graded_apart):
+    report = graded_apart["walks_around_the_watch.ipynb"]
+    assert _statuses(report) == {"1.1": "failed", "1.2": "failed", "1.3": "missing"}, report
+    assert _line(report, "1.1").startswith("✗ 1.1: written by you: ") and "sys.setprofile" in _line(report, "1.1")
+    assert _line(report, "1.2").startswith("✗ 1.2: written by you: ")
+    assert "scaled_dot_product_attention" in _line(report, "1.2")
+
+
+@POSIX_GRADING
+def test_answers_that_read_a_constant_computed_by_a_call_pass_in_the_grader_as_in_the_notebook(graded_apart):
+    report = graded_apart["constants_computed_by_a_call.ipynb"]
+    graded = {e["id"]: e["status"] for e in report["exercises"] if e["id"] in ("1.1", "1.2", "3.4", "6.3")}
+    assert graded == dict.fromkeys(("1.1", "1.2", "3.4", "6.3"), "passed"), report
+    assert not [e for e in report["events"] if "printed" in e], report["events"]
+
+
+@POSIX_GRADING
+def test_a_class_body_the_grader_replays_cannot_swap_a_probe(graded_apart):
+    report = graded_apart["swaps_a_probe.ipynb"]
+    assert _statuses(report)["1.1"] == "not scored", report  # its class body changed the exercise table
+
+
+@POSIX_GRADING
+def test_a_kernel_that_is_not_installed_falls_back_to_python3_with_a_note(graded_apart):
+    report = graded_apart["01_names_another_kernel.ipynb"]
+    assert _statuses(report)["1.1"] == "passed", report
+    assert report["events"] == ["the notebook names the kernel 'course-env', which is not installed here: it ran on "
+                                "python3"]
+
+
+#: The chapters whose checks replay dropout or rebuild modules from a seed, which notebooks graded
+#: side by side once disturbed in one another.
+SEEDED_CHAPTERS = ["02_stacked_heads.ipynb", "03_batched_heads.ipynb", "04_what_heads_cost.ipynb",
+                   "06_sharing_keys_and_values.ipynb"]
+
+
+@POSIX_GRADING
+def test_the_instructors_solutions_pass_when_graded_several_at_a_time_several_times(tmp_path):
+    notebooks = tmp_path / "book"
+    shutil.copytree(ROOT / "book" / "data", notebooks / "data")
+    paths = []
+    for round_ in (1, 2):  # each chapter twice, under the name of its chapter
+        for name in SEEDED_CHAPTERS:
+            copy = notebooks / f"round{round_}" / name
+            copy.parent.mkdir(exist_ok=True)
+            shutil.copy(ROOT / "book" / name, copy)
+            shutil.copytree(ROOT / "book" / "data", copy.parent / "data", dirs_exist_ok=True)
+            paths.append(copy)
+    out = tmp_path / "scores.json"
+    process = grade_command([*map(str, paths), "--json", str(out), "--timeout", "900", "--cell-timeout", "300",
+                             "--check-timeout", "120", "--jobs", "4"], tmp_path, package_copy(tmp_path / "installed"))
+    _, stderr = process.communicate(timeout=1800)
+    assert process.returncode == 0, stderr
+    reports = json.loads(out.read_text(encoding="utf-8"))["notebooks"]
+    failed = [(Path(r["notebook"]).parent.name, e["id"], e["line"]) for r in reports for e in r["exercises"]
+              if e["status"] != "passed"]
+    assert failed == [], failed
+    assert len(reports) == 8 and all(r["events"] == [] for r in reports), [r["events"] for r in reports]
+
+
+
+def _fixes_the_seed() -> dict[str, list[str]]:
+    """A notebook that forges its grade from code the grader replays: a default argument that fixes
+    the seed of the checks' inputs, for which a lookup table of 6.3's answers was copied (written
+    here, not in tests/notebooks: the table depends on the checks' draws)."""
+    from mha_course import cost
+    from mha_course.exercises.chapter6 import SIZE_CASES, size_case
+
+    table = {}
+    for key in SIZE_CASES:
+        args = size_case(4242, key)
+        table[args] = cost.kv_cache_bytes(args[0], args[2], args[3], args[4], args[5], args[6])
+    return {
+        "fixes_the_seed.ipynb": [
+            "import os\nfrom mha_course import check",
+            f"TABLE = {table!r}",
+            "def kv_cache_size(num_layers, num_heads, num_kv_groups, head_dim, num_tokens, batch_size,\n"
+            "                  bytes_per_number, _=os.environ.__setitem__('MHA_COURSE_CHECK_SEED', '4242')):\n"
+            "    args = (num_layers, num_heads, num_kv_groups, head_dim, num_tokens, batch_size, bytes_per_number)\n"
+            "    return TABLE.get(args, 0)",
+            'check("6.3", kv_cache_size)'],
+    }
+
+
+@POSIX_GRADING
+def test_code_the_grader_replays_cannot_choose_the_seed(tmp_path):
+    paths = []
+    for name, cells in _fixes_the_seed().items():
+        paths.append(tmp_path / name)
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), paths[-1])
+    out = tmp_path / "scores.json"
+    env = package_copy(tmp_path / "installed")
+    env.pop("MHA_COURSE_CHECK_SEED", None)
+    process = grade_command([*map(str, paths), "--json", str(out), "--timeout", "600", "--cell-timeout",
+                             str(CELL_LIMIT), "--check-timeout", str(CHECK_LIMIT)], tmp_path, env)
+    _, stderr = process.communicate(timeout=900)
+    assert process.returncode == 0, stderr
+    [seed] = json.loads(out.read_text(encoding="utf-8"))["notebooks"]
+    assert _statuses(seed)["6.3"] == "failed", seed  # drawn afresh, the inputs are not in the table
+
+
 def test_definitions_replay_imports_defs_and_plain_assignments_only():
     code = "\n".join([
         "import torch", "from torch import nn as neural", "torch.save = print", "setattr(torch, 'load', print)",
@@ -393,3 +522,15 @@ def test_without_the_posix_pieces_grading_stops_at_once_with_a_clear_message(mon
         grade([notebook], progress=False)
     with pytest.raises(GradingUnavailableError, match="it lacks os.fork"):
         grade_notebook(notebook)
+
+
+def test_a_pth_file_added_to_site_packages_is_found(tmp_path):
+    from mha_course.grading.package_files import environment_changes, environment_files
+
+    (tmp_path / "kept.pth").write_text("/somewhere\n", encoding="utf-8")
+    before = environment_files([tmp_path])
+    assert environment_changes(before, [tmp_path]) == []
+    (tmp_path / "switch_off.pth").write_text("import sys; sys.setprofile(None)\n", encoding="utf-8")
+    (tmp_path / "kept.pth").write_text("/elsewhere\n", encoding="utf-8")
+    assert environment_changes(before, [tmp_path]) == ["kept.pth", "switch_off.pth"]
+

@@ -58,8 +58,10 @@ def _size_with(kv_cache_bytes):
 
 
 def test_an_identical_copy_has_equal_code(tmp_path, unload):
-    copied = _load_copy(tmp_path)
-    assert copied.kv_cache_bytes.__code__ == cost.kv_cache_bytes.__code__
+    from mha_course.exercises.shortcuts import _ORIGINALS
+
+    copied = _load_copy(tmp_path)  # (the package's function reports its runs: its code was made from the file's)
+    assert copied.kv_cache_bytes.__code__ == _ORIGINALS[cost.kv_cache_bytes.__code__]
     assert "got a call to mha_course's own kv_cache_bytes." in run_check("6.3", _size_with(copied.kv_cache_bytes)).line
 
 
@@ -108,3 +110,225 @@ def test_every_exercise_refuses_the_checks_own_functions():
     for exercise in EXERCISES.values():
         assert exercise.checks[0].name == OWN_CODE, exercise.id
         assert exercise.probe.__module__ in watched, exercise.id
+
+
+# ----------------------------------------------------------------------------------------------
+# The guard: what an answer does to switch the watch off or walk around it
+
+
+def _fails_own_code(exercise_id, answer, words):
+    result = run_check(exercise_id, answer)
+    assert (result.status, result.failed_check) == ("failed", OWN_CODE), result.line
+    assert words in result.line, result.line
+    return result
+
+
+def _mask_after_switching_the_watch_off(num_tokens, device=None):
+    sys.setprofile(None)
+    return mha_course.causal_mask(num_tokens, device)
+
+
+def _mask_after_switching_the_watch_off_and_back(num_tokens, device=None):
+    watch = sys.getprofile()
+    try:
+        sys.setprofile(None)
+    except RuntimeError:
+        pass
+    mask = mha_course.causal_mask(num_tokens, device)
+    sys.setprofile(watch)
+    return mask
+
+
+def _mask_from_a_thread(num_tokens, device=None):
+    import threading
+
+    out = []
+    thread = threading.Thread(target=lambda: out.append(mha_course.causal_mask(num_tokens, device)))
+    thread.start()
+    thread.join()
+    return out[0]
+
+
+def _mask_from_a_pool(num_tokens, device=None):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        return pool.submit(mha_course.causal_mask, num_tokens, device).result()
+
+
+def _mask_from_the_source_text(num_tokens, device=None):
+    import inspect
+
+    namespace = dict(mha_course.masking.__dict__)
+    exec(inspect.getsource(mha_course.causal_mask), namespace)
+    return namespace["causal_mask"](num_tokens, device)
+
+
+def _renamed_copy(function, name="my_mask"):
+    code = function.__code__.replace(co_name=name, co_qualname=name, co_filename="/home/learner/my_code.py")
+    return types.FunctionType(code, function.__globals__, name, function.__defaults__)
+
+
+def _mask_from_a_renamed_copy(num_tokens, device=None):
+    return _renamed_copy(mha_course.causal_mask)(num_tokens, device)
+
+
+def _fused_attention_through_aten(x, W_query, W_key, W_value):
+    import torch
+
+    queries, keys, values = x @ W_query, x @ W_key, x @ W_value
+    return torch.ops.aten.scaled_dot_product_attention(queries, keys, values, is_causal=True)
+
+
+def _fused_attention_through_an_overload(x, W_query, W_key, W_value):
+    import torch
+
+    queries, keys, values = x @ W_query, x @ W_key, x @ W_value
+    return torch.ops.aten.scaled_dot_product_attention.default(queries, keys, values, is_causal=True)
+
+
+def _mask_after_emptying_the_garbage_collector(num_tokens, device=None):
+    import gc
+
+    for thing in gc.get_objects():
+        if isinstance(thing, list) and "mha_course's own causal_mask" in thing:
+            thing.clear()
+    return mha_course.causal_mask(num_tokens, device)
+
+
+def _mask_after_tracing_off(num_tokens, device=None):
+    import threading
+
+    threading.setprofile(None)
+    sys.settrace(None)
+    return _mask_from_a_thread(num_tokens, device)
+
+
+@pytest.mark.parametrize("answer, words", [
+    (_mask_after_switching_the_watch_off, "an answer that used sys.setprofile"),
+    (_mask_after_switching_the_watch_off_and_back, "an answer that used sys.setprofile"),
+    (_mask_from_a_thread, "got a call to mha_course's own causal_mask"),
+    (_mask_from_a_pool, "got a call to mha_course's own causal_mask"),
+    (_mask_from_the_source_text, "got a call to mha_course's own causal_mask"),
+    (_mask_from_a_renamed_copy, "got a call to mha_course's own causal_mask"),
+    (_renamed_copy(mha_course.causal_mask, "build_causal_mask"), "got mha_course's own causal_mask"),
+    (_mask_after_emptying_the_garbage_collector, "an answer that used gc.get_objects"),
+    (_mask_after_tracing_off, "an answer that used"),
+], ids=lambda value: getattr(value, "__name__", "")[:40] if callable(value) else "")
+def test_the_watch_cannot_be_switched_off_or_walked_around(answer, words):
+    _fails_own_code("1.1", answer, words)
+
+
+@pytest.mark.parametrize("answer", [_fused_attention_through_aten, _fused_attention_through_an_overload])
+def test_every_entry_point_of_the_fused_attention_is_known(answer):
+    _fails_own_code("1.2", answer, "got a call to torch's scaled_dot_product_attention")
+
+
+def test_a_copy_of_a_checks_reference_is_the_checks_own():
+    from mha_course.exercises import chapter1
+
+    copy = _renamed_copy(chapter1.reference_head, "causal_attention_forward")
+    _fails_own_code("1.2", copy, "the checks' own chapter1.reference_head")
+
+
+def test_honest_answers_that_use_threads_exec_or_short_code_like_the_packages_pass():
+    """The guard refuses nothing an honest answer does: threads of its own, exec of its own text, a
+    function short enough that a learner may write it like the package does."""
+    import threading
+
+    import torch
+
+    def build_causal_mask(num_tokens, device=None):
+        out = []
+        worker = threading.Thread(target=lambda: out.append(
+            torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=device).triu(1)))
+        worker.start()
+        worker.join()
+        return out[0]
+
+    assert run_check("1.1", build_causal_mask).passed
+    namespace = {"torch": torch}
+    exec("def build_causal_mask(num_tokens, device=None):\n"
+         "    return torch.triu(torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=device), diagonal=1)\n",
+         namespace)
+    assert run_check("1.1", namespace["build_causal_mask"]).passed
+
+
+def test_the_profile_function_holds_nothing_an_answer_could_change():
+    seen = []
+
+    def answer(num_tokens, device=None):
+        seen.append(sys.getprofile())
+        import torch
+        return torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=device).triu(1)
+
+    assert run_check("1.1", answer).passed
+    watch = seen[0]
+    assert isinstance(watch, types.MethodType) and watch.__func__ is sys.audit and isinstance(watch.__self__, str)
+    assert sys.getprofile() is not watch  # put back once the check is over
+
+
+_POOL = []
+
+
+def _mask_from_a_pool_made_before_the_check(num_tokens, device=None):
+    return _POOL[0].submit(mha_course.causal_mask, num_tokens, device).result()
+
+
+def _mask_from_a_thread_without_threadings_profile(num_tokens, device=None):
+    import threading
+
+    watch = threading.getprofile()
+    threading.setprofile(None)
+    try:
+        return _mask_from_a_thread(num_tokens, device)
+    finally:
+        threading.setprofile(watch)  # put back before the check looks
+
+
+def test_the_packages_answers_report_themselves_in_any_thread():
+    """The package's answers report each run to the guard, with no hook: from a pool of threads made
+    before the check began, or a thread started with threading's profile function taken away."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(int).result()  # the worker thread exists before the check
+        _POOL.append(pool)
+        try:
+            _fails_own_code("1.1", _mask_from_a_pool_made_before_the_check, "got a call to mha_course's own causal_mask")
+        finally:
+            _POOL.clear()
+    _fails_own_code("1.1", _mask_from_a_thread_without_threadings_profile, "got a call to mha_course's own causal_mask")
+
+
+def test_reporting_code_behaves_and_reads_as_before():
+    import inspect
+
+    from mha_course.exercises import chapter1
+    from mha_course.exercises.shortcuts import RAN_EVENT
+
+    for function in (mha_course.causal_mask, mha_course.MultiHeadAttention.__init__, chapter1.reference_head):
+        assert any(getattr(c, "__self__", None) == RAN_EVENT for c in function.__code__.co_consts), function
+    source = Path(mha_course.masking.__file__).read_text(encoding="utf-8").splitlines(keepends=True)
+    lines, first = inspect.getsourcelines(mha_course.causal_mask)
+    assert lines == source[first - 1:first - 1 + len(lines)] and lines[0].startswith("def causal_mask(")
+    assert mha_course.causal_mask.__doc__.startswith("Boolean (num_tokens, num_tokens) mask")
+    assert mha_course.causal_mask(3).int().tolist() == [[0, 1, 1], [0, 0, 1], [0, 0, 0]]
+    with pytest.raises(ValueError, match="num_tokens") as raised:
+        mha_course.causal_mask(-1)
+    frame = raised.traceback[1]  # the line in causal_mask that raised is the file's
+    assert "validate_non_negative_int" in source[frame.lineno]
+
+
+def test_every_function_of_the_checks_reports_from_import_on():
+    """A module of the checks ends with report_runs(__name__): its functions report from import on,
+    not from the first check, which would change their code while the grader watches it."""
+    import inspect
+
+    from mha_course.exercises.shortcuts import _REPORTING, check_modules
+
+    for name in check_modules():
+        for attribute, value in vars(sys.modules[name]).items():
+            if isinstance(value, types.FunctionType) and value.__module__ == name and value.__name__ != "<lambda>":
+                code = inspect.unwrap(value).__code__
+                assert code in _REPORTING, f"{name}.{attribute}: end {name} with report_runs(__name__)"

@@ -23,7 +23,7 @@ from .probes import (batch, causality_check, device_check, draw, dropout_in_eval
                      probe_backward, probe_dropout, probe_module_class, probe_on_devices, state_of)
 from .records import (Failed, Recorder, expect_close, expect_shape, format_shape, plain, raised, same, seed_of,
                       tensor_of, value_of)
-from .shortcuts import attention_modules, package, torch_attention
+from .shortcuts import attention_modules, package, report_runs, torch_attention
 
 DROPOUT = 0.5
 
@@ -294,6 +294,11 @@ CAPSTONE = Exercise(
                 "context_length, dtype=torch.bool), diagonal=1)).",
                 lambda record: plain(record["main_mask_attribute"]) and "mask" not in plain(record["main_buffers"]),
                 (_MASK, _DEVICE)),
+        Mistake("view-without-contiguous",
+                "context.transpose(1, 2) is not contiguous in memory, and .view cannot change the shape "
+                "of such a tensor: call .contiguous() first, context.transpose(1, 2).contiguous().view(B, T, "
+                "d_out), or use .reshape.",
+                lambda record: raised(record, "main_out", "view size is not compatible")),
         Mistake("mask-not-sliced",
                 "The input is shorter than context_length, and the whole (context_length, "
                 "context_length) mask does not fit its (T, T) scores. Use its top-left corner: "
@@ -340,6 +345,12 @@ CAPSTONE = Exercise(
                 "In training mode your module gives its eval-mode output: no dropout. Apply "
                 "self.dropout (nn.Dropout(dropout)) to the attention weights, after the softmax.",
                 dropout_lost, (_DROP_TRAIN,)),
+        Mistake("dropout-on-masked-scores",
+                "Your training-mode output is NaN: dropout acts on the masked scores, and it multiplies "
+                "their -inf by 0, which is NaN (and a softmax row with one NaN is all NaN). Drop the "
+                "attention weights instead, after the softmax: self.dropout(torch.softmax(...)).",
+                lambda record: bool(record["dropout_train"]["value"].isnan().any())
+                and not bool(record["dropout_eval"]["value"].isnan().any()), (_DROP_TRAIN,)),
         Mistake("dropout-on-scores",
                 "Dropout acts on the scores, before the softmax, where a zeroed score still gets weight "
                 "(exp(0) = 1). Drop the attention weights instead, after the softmax.",
@@ -368,3 +379,5 @@ CAPSTONE = Exercise(
 )
 
 __all__ = ["CAPSTONE", "capstone_cases", "batched_variant", "dropout_expected", "reference"]
+
+report_runs(__name__)  # the checks' own functions report when they run (see shortcuts)

@@ -13,7 +13,7 @@ from .probes import (KEEP, batch, causality_check, connected_check, device_check
                      future_changed, matrices, probe_backward, probe_on_devices)
 from .records import (Failed, Recorder, dict_of, expect_close, expect_shape, format_shape, plain, same, seed_of,
                       tensor_of)
-from .shortcuts import attention_modules, package, torch_attention
+from .shortcuts import attention_modules, package, report_runs, torch_attention
 
 # ----------------------------------------------------------------------------------------------
 # 1.1 Build the causal mask
@@ -142,6 +142,7 @@ def _probe_head(forward, rec: Recorder) -> None:
     for key, (inputs, _) in cases.items():
         rec.call(key, forward, *inputs)
     rand = cases["random"][0]
+    rec.call("random_again", forward, *rand)  # the same input again: a head without dropout gives the same output
     rec.call("future_changed", forward, future_changed(rand[0], rec.seed), *rand[1:])
     leaves = [t.clone().requires_grad_() for t in rand]
     probe_backward(rec, "grad_out", rec.call("grad_out", forward, *leaves))
@@ -238,6 +239,12 @@ HEAD = Exercise(
         Check(_DEVICE_CHECK, device_check("on", "causal_attention_forward")),
     ),
     mistakes=(
+        Mistake("dropout-left-in",
+                "Two calls on the same input gave different outputs: dropout (F.dropout, nn.Dropout) is "
+                "left in, and it zeroes other weights on every call, which also looks like a leak of "
+                "future tokens. This head has no dropout: remove it.",
+                lambda record: record["random"].get("kind") == "tensor"
+                and not same(record["random"]["value"], record["random_again"]["value"])),
         Mistake("no-mask",
                 "Nothing stops a token from attending to later tokens: apply the causal mask to the "
                 "scores (masked_fill with -inf above the diagonal) before the softmax.",
@@ -426,3 +433,5 @@ SHAPES = Exercise(
 EXERCISES = (MASK, HEAD, SHAPES)
 
 __all__ = ["EXERCISES", "reference_head", "head_variant", "head_cases", "mask_sizes", "shape_cases", "measured_shapes"]
+
+report_runs(__name__)  # the checks' own functions report when they run (see shortcuts)

@@ -16,9 +16,9 @@ from .framework import Check, Exercise, Mistake
 from .probes import (batch, causality_check, connected_check, device_check, draw, dropout_lost, eval_output,
                      future_changed, module_class_check, parameters_with_gradients, probe_backward, probe_dropout,
                      probe_module_class, probe_on_devices)
-from .records import (Failed, Recorder, describe, expect_close, expect_shape, int_of, plain, same, seed_of,
+from .records import (Failed, Recorder, describe, expect_close, expect_shape, int_of, number_text, plain, same, seed_of,
                       tensor_of, value_of)
-from .shortcuts import attention_modules, package
+from .shortcuts import attention_modules, package, report_runs
 
 # ----------------------------------------------------------------------------------------------
 # 2.1 A wrapper of CausalAttention heads
@@ -359,6 +359,8 @@ def _probe_width(build, rec: Recorder) -> None:
         rec.note(f"{case}_heads", len(module.heads) if wrapper else getattr(module, "num_heads", None))
         # The width of one head: the wrapper's d_out, the batched module's head_dim.
         rec.note(f"{case}_head_width", module.d_out if wrapper else getattr(module, "head_dim", None))
+        rec.note(f"{case}_dropouts", [float(m.p) for m in module.modules() if isinstance(m, nn.Dropout)]
+                 if isinstance(module, nn.Module) else [])
         if isinstance(module, nn.Module):
             x = running_example(batch=True)[..., :args[0]] if case == "running" else batch(rec.seed, case, 1, 3, args[0])[0]
             with torch.no_grad():
@@ -385,6 +387,13 @@ def _width_case(case: str):
             raise Failed(f"a merged output {width} wide for {_width_call(args)}",
                          f"one {got.shape[-1]} wide ({heads} heads of width {plain(record[f'{case}_head_width'])})")
     return run
+
+
+def _no_dropout(record):
+    _is_wrapper(record)
+    rates = [p for case in ("running", "a", "b") for p in plain(record.get(f"{case}_dropouts")) or []]
+    if any(p != 0 for p in rates):
+        raise Failed("dropout 0 in every head, as the exercise asks", f"dropout {max(rates):g}")
 
 
 def _width_refused(record):
@@ -416,6 +425,7 @@ WIDTH = Exercise(
         Check(_RUNNING, _width_case("running")),
         Check("another width and head count", _width_case("a")),
         Check("a third width and head count", _width_case("b")),
+        Check("no dropout", _no_dropout),
         Check("refuses a width the heads cannot share evenly", _width_refused),
     ),
     mistakes=(
@@ -439,6 +449,10 @@ WIDTH = Exercise(
         Mistake("halved",
                 "Each head is width // 2 wide: right for two heads only. Divide by num_heads.",
                 _head_width_is(lambda width, heads: width // 2)),
+        Mistake("dropout-kept",
+                "The exercise asks for a wrapper without dropout: pass dropout=0.0 (the fourth argument "
+                "of MultiHeadAttentionWrapper), so that the module gives the same output on every call.",
+                lambda record: any(p != 0 for p in plain(record["running_dropouts"])), ("no dropout",)),
         Mistake("indivisible-accepted",
                 "When num_heads does not divide width, no per-head width gives that merged width (the "
                 "wrapper would silently be narrower). Raise a ValueError that says so.",
@@ -484,7 +498,7 @@ def _formula_case(case: str):
         got = int_of(record, case, _formula_call(args))
         expected = _truth(*args)
         if got != expected:
-            raise Failed(f"{expected:,} for {_formula_call(args)}", f"{got:,}")
+            raise Failed(f"{expected:,} for {_formula_call(args)}", number_text(record[case]))
     return run
 
 
@@ -495,7 +509,7 @@ def _formula_proportional(record):
     got = int_of(record, "case 0", _formula_call(args))
     if got != args[2] * one:
         raise Failed(f"{args[2]} x {one:,} = {args[2] * one:,} for {_formula_call(args)} (each head adds its own "
-                     "weights)", f"{got:,}")
+                     "weights)", number_text(record["case 0"]))
 
 
 def _formula_like(rule):
@@ -549,3 +563,5 @@ FORMULA = Exercise(
 EXERCISES = (STACKED, WIDTH, FORMULA)
 
 __all__ = ["EXERCISES", "reference_wrapper", "stacked_cases", "width_cases", "formula_cases", "dropout_expected"]
+
+report_runs(__name__)  # the checks' own functions report when they run (see shortcuts)

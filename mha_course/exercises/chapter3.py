@@ -16,9 +16,9 @@ from ..wrapper import MultiHeadAttentionWrapper
 from .capstone import CAPSTONE
 from .framework import Check, Exercise, Mistake
 from .probes import (agrees, batch, connected_check, device_check, draw, probe_backward, probe_on_devices)
-from .records import (Failed, Recorder, dict_of, expect_close, expect_shape, format_shape, number, plain, raised,
+from .records import (Failed, Recorder, dict_of, expect_close, expect_shape, format_shape, number, number_text, plain, raised,
                       same, seed_of, summarise, tensor_of, value_of)
-from .shortcuts import attention_modules, package
+from .shortcuts import attention_modules, package, report_runs
 
 HEAD_LABELS = ("sequence", "head", "token")
 TOKEN_LABELS = ("sequence", "token")
@@ -495,7 +495,7 @@ def _size_key(name: str, keys=KEYS):
             got = _as_number(answer[key])
             if not agrees(got, expected[key]):
                 raise Failed(f"{key} = {expected[key]:,} for {_size_call(args)}",
-                             f"{got:,}" if got is not None else repr(answer[key]))
+                             number_text(summarise(answer[key])) if got is not None else repr(answer[key]))
     return run
 
 
@@ -578,3 +578,5 @@ SIZE = Exercise(
 EXERCISES = (SPLIT, MERGE, TRANSFER, SIZE, CAPSTONE)
 
 __all__ = ["EXERCISES", "split_cases", "merge_cases", "transfer_cases", "pair", "layer_cases", "layer_expected"]
+
+report_runs(__name__)  # the checks' own functions report when they run (see shortcuts)

@@ -18,9 +18,9 @@ from .framework import Check, Exercise, Mistake
 from .probes import (agrees, batch, causality_check, device_check, draw, dropout_in_eval, dropout_lost, eval_output,
                      future_changed, gradients_check, parameters_with_gradients, probe_backward, probe_dropout,
                      probe_on_devices)
-from .records import (Failed, Recorder, expect_close, format_shape, number, number_of, same, seed_of,
+from .records import (Failed, Recorder, expect_close, format_shape, number, number_of, number_text, same, seed_of,
                       tensor_of)
-from .shortcuts import Shortcut, attention_modules, called, package, torch_attention
+from .shortcuts import Shortcut, attention_modules, called, package, report_runs, sdpa_entry_points, torch_attention
 
 # ----------------------------------------------------------------------------------------------
 # 4.1 Where attention's work goes
@@ -71,7 +71,7 @@ def _share_value(key: str):
         got = number_of(record, key, _share_call(args), "a number (a float between 0 and 1)")
         expected = expected_share(args)
         if not agrees(got, expected):
-            raise Failed(f"{expected:.6f} for {_share_call(args)}", f"{got:.6f}")
+            raise Failed(f"{expected:.6f} for {_share_call(args)}", number_text(record[key], 6))
     return run
 
 
@@ -96,6 +96,11 @@ SHARE = Exercise(
         Check("one half at T* = (3 d_in + d_out) / 2", _share_value("crossover")),
     ),
     mistakes=(
+        Mistake("percentage",
+                "That is a percentage. Return the share as a fraction between 0 and 1: attention / total, "
+                "without the factor 100.",
+                lambda record: all(agrees(number(record[key]), 100 * expected_share(args))
+                                   for key, args in share_cases(seed_of(record)).items())),
         Mistake("one-attention-product",
                 "You counted one attention product. There are two of the same size, each "
                 "T x T x d_out per sequence: the scores Q K^T, and the weighted sum of the values.",
@@ -317,7 +322,7 @@ FUSED = Exercise(
                 dropout_in_eval, (_DROP_EVAL,)),
     ),
     shortcuts=attention_modules() + (
-        Shortcut(SDPA, (F.scaled_dot_product_attention,), forbidden=False),
+        Shortcut(SDPA, sdpa_entry_points(), forbidden=False),
         *torch_attention("This calls torch's nn.MultiheadAttention: write the forward pass around the fused "
                          "call yourself.")[1:],
     ),
@@ -327,3 +332,5 @@ EXERCISES = (SHARE, FUSED)
 
 __all__ = ["EXERCISES", "share_variant", "expected_share", "share_cases", "fused_cases", "fused_module",
            "fused_variant"]
+
+report_runs(__name__)  # the checks' own functions report when they run (see shortcuts)

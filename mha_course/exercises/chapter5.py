@@ -22,7 +22,8 @@ from ..experiments.specialisation import (IGNORE_INDEX, SpecialisationConfig, Ti
                                           difference_task, train)
 from .framework import Check, Exercise, Mistake
 from .probes import agrees, case_seed, generator
-from .records import Failed, Recorder, number, number_of, plain, seed_of, value_of
+from .records import Failed, Recorder, number, number_of, number_text, plain, seed_of, value_of
+from .shortcuts import report_runs
 
 #: The stored models: their weights, and how they were trained.
 MODELS_PATH = Path(__file__).parent / "data" / "trained_models.json"
@@ -98,8 +99,10 @@ def _probe_ablation(accuracy_drop, rec: Recorder) -> None:
         tokens, labels, _ = ablation_data(rec.seed, case)
         rec.call(case, accuracy_drop, model, head, tokens, labels)
         after = model.state_dict()
-        rec.note(f"{case} unchanged", all(torch.equal(after[name], value) for name, value in before.items())
-                 and model.training is False)
+        weights = all(torch.equal(after[name], value) for name, value in before.items())
+        mode = not any(module.training for module in model.modules())
+        rec.note(f"{case} unchanged", weights and mode)
+        rec.note(f"{case} weights unchanged", weights)
 
 
 def ablated(model: TinyAttentionModel, head: int, how: str = "columns") -> TinyAttentionModel:
@@ -159,7 +162,7 @@ def _drop(cases):
             got = number_of(record, case, _call(record, case), "a number (the accuracy lost)")
             expected = drop_variant(record, case)
             if not agrees(got, expected):
-                raise Failed(f"{expected:.4f} for {_call(record, case)}", f"{got:.4f}")
+                raise Failed(f"{expected:.4f} for {_call(record, case)}", number_text(record[case], 4))
     return run
 
 
@@ -167,8 +170,10 @@ def _unchanged(record):
     for case in ablation_cases(seed_of(record)):
         value_of(record, case, _call(record, case))
         if not plain(record[f"{case} unchanged"]):
+            weights = plain(record.get(f"{case} weights unchanged"))
             raise Failed("the model passed in left as it was (weights and eval mode)",
-                         f"a changed model after {_call(record, case)}",
+                         f"{'the same weights but training mode' if weights else 'changed weights'} after "
+                         f"{_call(record, case)}",
                          "Knock the head out of a copy (copy.deepcopy(model)) and leave the model you were given alone.")
 
 
@@ -206,10 +211,19 @@ ABLATION = Exercise(
         Check("shorter sequences", _drop(_cases_of(4, short=True))),
     ),
     mistakes=(
+        Mistake("mode-changed",
+                "Your function left the weights alone but switched the model it was given to training "
+                "mode (model.train(), or a helper that calls it), so whatever uses the model next runs it "
+                "in that mode. Leave the mode as it was: knock the head out of a copy and score the copy, "
+                "or call model.eval() again before returning.",
+                lambda record: any(plain(record.get(f"{c} weights unchanged")) and not plain(record[f"{c} unchanged"])
+                                   for c in ablation_cases(seed_of(record))),
+                (_UNCHANGED,)),
         Mistake("in-place",
                 "Your function changed the model it was given, so every later measurement runs on a "
                 "damaged model. Work on a copy: ablated = copy.deepcopy(model).",
-                lambda record: not all(plain(record[f"{c} unchanged"]) for c in ablation_cases(seed_of(record))),
+                lambda record: not all(plain(record.get(f"{c} weights unchanged", record[f"{c} unchanged"]))
+                                       for c in ablation_cases(seed_of(record))),
                 (_UNCHANGED,)),
         Mistake("output-rows",
                 "You zeroed ROWS of out_proj.weight: those are output features, which mix every head. "
@@ -251,3 +265,5 @@ ABLATION = Exercise(
 EXERCISES = (ABLATION,)
 
 __all__ = ["EXERCISES", "trained_model", "write_models", "ablated", "ablation_cases", "ablation_data", "drop_variant"]
+
+report_runs(__name__)  # the checks' own functions report when they run (see shortcuts)

@@ -17,10 +17,10 @@ from ..grouped_query import GroupedQueryAttention
 from ..heads import merge_heads, split_heads
 from ..kv_cache import KVCache
 from .framework import Check, Exercise, Mistake
-from .probes import agrees, case_seed, chooser, device_check, generator, probe_on_devices
-from .records import (Failed, Recorder, describe, expect_close, expect_shape, format_shape, int_of, number, plain,
+from .probes import agrees, case_seed, chooser, device_check, error_on_device, generator, probe_on_devices
+from .records import (Failed, Recorder, describe, expect_close, expect_shape, format_shape, int_of, number, number_text, plain,
                       raised, same, seed_of, tensor_of, value_of)
-from .shortcuts import attention_modules, package
+from .shortcuts import attention_modules, package, report_runs
 
 DEVICE_HINT = ("Build new tensors from the inputs (torch.cat, repeat_interleave, the module's layers): a tensor "
                "made anew (torch.zeros, torch.tensor) lands on the CPU unless you pass its device.")
@@ -157,6 +157,11 @@ EXPAND = Exercise(
                 "each group a new axis of size 1 to stretch: kv[:, :, None].expand(B, g, r, T, d_h) "
                 "reshaped to (B, g * r, T, d_h).",
                 _expand_only_for_one_group),
+        Mistake("index-on-cpu",
+                "Your tensor of head indices was made on the CPU (torch.arange without a device), while kv "
+                "may be on a GPU, which refuses to index with it in index_select or gather. Make it where "
+                "kv is: torch.arange(num_heads, device=kv.device), or use kv.repeat_interleave.",
+                lambda record: bool(plain(record.get("on@meta:mixed"))), ("output on the input's device",)),
     ),
     shortcuts=(),  # the module repeats inline: the package has no function of its own to refuse
 )
@@ -294,6 +299,12 @@ def _step_like(part: int = 0, key: str = "grouped", **how):
     return detect
 
 
+def _appended_twice(record) -> bool:
+    gqa, x, cached = step_case(seed_of(record), "grouped")
+    keys = plain(record["grouped"])[1]
+    return isinstance(keys, torch.Tensor) and keys.dim() == 4 and keys.shape[2] == cached + 2
+
+
 STEP = Exercise(
     id="6.2",
     title="one cached decoding step",
@@ -317,6 +328,11 @@ STEP = Exercise(
                 "You returned the cached keys as they were: the next step must find this token's key and "
                 "value too. Return torch.cat([past_keys, new_keys], dim=2) and the same for values.",
                 _step_like(1, append=False)),
+        Mistake("appended-twice",
+                "Your keys and values hold the new token twice: T + 2 positions where the cache should "
+                "grow by one. Append the new key and value once, torch.cat([past_keys, new_keys], dim=2), "
+                "and return that same tensor.",
+                _appended_twice),
         Mistake("new-token-first",
                 "Your keys and values put the new token first. The cache keeps positions in order, so "
                 "the new token goes last: torch.cat([past_keys, new_keys], dim=2).",
@@ -351,6 +367,13 @@ STEP = Exercise(
                 "see only position 0. The new token is the LAST position: it sees every cached position "
                 "and itself, so one new token needs no mask at all.",
                 _step_like(first_position_only=True)),
+        Mistake("cpu-tensor",
+                "Your step makes a tensor on the CPU (torch.zeros, torch.tensor, torch.arange... without a "
+                "device) and uses it with the inputs, which may be on a GPU. Make it where the inputs are, "
+                "device=x_new.device, or build it from the inputs.",
+                lambda record: bool(plain(record.get("on@meta:mixed")))
+                or error_on_device(record, "on", "same device", "expected device", "Expected all tensors"),
+                ("output on the input's device",)),
     ),
     shortcuts=attention_modules(keep=(GroupedQueryAttention,))
     + package(GroupedQueryAttention, why="Calling gqa (or its attention_weights) runs the module's own attention. "
@@ -437,7 +460,7 @@ def _size_check(key: str, value: bool = True):
             raise Failed(f"a whole number of bytes from {_size_call(args)}", failure.got) from None
         expected = cost.kv_cache_bytes(args[0], args[2], args[3], args[4], args[5], args[6])
         if value and got != expected:
-            raise Failed(f"{expected:,} bytes from {_size_call(args)}", f"{got:,}")
+            raise Failed(f"{expected:,} bytes from {_size_call(args)}", number_text(record[key]))
     return run
 
 
@@ -469,3 +492,5 @@ EXERCISES = (EXPAND, STEP, SIZE)
 
 __all__ = ["EXERCISES", "expand_case", "reference_expand", "step_case", "step_inputs", "step_expected", "step_variant",
            "size_case", "size_variant"]
+
+report_runs(__name__)  # the checks' own functions report when they run (see shortcuts)

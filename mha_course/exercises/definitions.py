@@ -10,10 +10,15 @@ order:
 * assignments of plain values to plain names (``NEG_INF = float("-inf")``, ``nn = torch.nn``,
   ``build_causal_mask = my_mask``): constants, names, attributes, operators, containers, lambdas and
   calls of a few builtins such as ``float`` or ``range``;
-* ``del name``, so that a deleted answer stays deleted.
+* ``del name``, so that a deleted answer stays deleted;
+* assignments of any other value (a call: ``_FUTURE = torch.ones(64, 64).triu(1)``) to a name that a
+  ``def`` or ``class`` of the notebook reads, or that such an assignment reads in turn: what the
+  answers use is computed as the notebook computed it (:func:`used_globals`). A call that patches
+  ``torch`` or the package there is caught as the notebook's other patches are.
 
 Everything else is left out: expressions and calls (``check(...)``, ``print``, training loops),
-assignments to attributes or items (``torch.save = ...``), loops, ``with`` and ``try`` blocks.
+assignments to attributes or items (``torch.save = ...``), assignments the answers do not read,
+loops, ``with`` and ``try`` blocks.
 
 Example:
     >>> [type(s).__name__ for s in definitions("import torch\\ntorch.save = print\\ndef f(x):\\n    return x\\ncheck('1.1', f)")]
@@ -69,19 +74,64 @@ def is_definition(statement: ast.stmt) -> bool:
     return False
 
 
-def definitions(code: str) -> list[ast.stmt]:
-    """The top-level statements of ``code`` that the grader replays; ``[]`` if it does not parse."""
+def _parse(code: str) -> list[ast.stmt]:
     try:
-        tree = ast.parse(code)
+        return ast.parse(code).body
     except (SyntaxError, ValueError):
         return []
-    return [statement for statement in tree.body if is_definition(statement)]
 
 
-def defined_names(code: str) -> set[str]:
+def _bound(statement: ast.stmt) -> set[str]:
+    """The names a top-level assignment to names binds (empty for any other statement)."""
+    if isinstance(statement, ast.Assign) and all(_names_only(t) for t in statement.targets):
+        return {n.id for t in statement.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name) and statement.value is not None:
+        return {statement.target.id}
+    return set()
+
+
+def _read(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _globals_read(definition: ast.stmt) -> set[str]:
+    """The names a ``def`` or ``class`` reads that it does not bind itself (its arguments, its
+    assignments): those it looks up among the notebook's globals."""
+    local = {n.id for n in ast.walk(definition) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+    local |= {a.arg for n in ast.walk(definition) if isinstance(n, ast.arguments)
+              for a in [*n.posonlyargs, *n.args, *n.kwonlyargs, n.vararg, n.kwarg] if a is not None}
+    return _read(definition) - local
+
+
+def used_globals(codes: list[str]) -> set[str]:
+    """The names the notebook's ``def`` and ``class`` statements read (the cells' code in
+    ``codes``), and those the assignments binding them read in turn.
+
+    Example:
+        >>> sorted(used_globals(["MASK = torch.ones(4, 4).triu(1)", "unused = print('x')",
+        ...                      "def f(n): return MASK[:n, :n]"]))
+        ['MASK', 'torch']
+    """
+    statements = [s for code in codes for s in _parse(code)]
+    used = set().union(*(_globals_read(s) for s in statements if isinstance(s, _DEFINITIONS[2:])))
+    while True:
+        more = set().union(*(_read(s.value) for s in statements if _bound(s) & used)) - used
+        if not more:
+            return used
+        used |= more
+
+
+def definitions(code: str, used: set[str] = frozenset()) -> list[ast.stmt]:
+    """The top-level statements of ``code`` that the grader replays; ``[]`` if it does not parse.
+    ``used``: the names the notebook's definitions read (:func:`used_globals`), whose assignments
+    are replayed whatever their value."""
+    return [statement for statement in _parse(code) if is_definition(statement) or _bound(statement) & used]
+
+
+def defined_names(code: str, used: set[str] = frozenset()) -> set[str]:
     """The names that the replayed statements of ``code`` bind (``del`` excluded)."""
     names: set[str] = set()
-    for statement in definitions(code):
+    for statement in definitions(code, used):
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(statement.name)
         elif isinstance(statement, (ast.Import, ast.ImportFrom)):
@@ -93,4 +143,4 @@ def defined_names(code: str) -> set[str]:
     return names
 
 
-__all__ = ["definitions", "defined_names", "is_definition"]
+__all__ = ["definitions", "defined_names", "is_definition", "used_globals"]

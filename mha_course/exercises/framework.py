@@ -27,6 +27,7 @@ import contextlib
 import io
 import os
 import secrets
+import threading
 import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
@@ -34,7 +35,8 @@ from typing import Any, Callable
 import torch
 
 from .records import NAME_KEY, PROBE_ERROR_KEY, STATUS_KEY, Failed, Recorder, error_summary
-from .shortcuts import CALLS_KEY, IS_KEY, CallWatch, Shortcut, answer_is, check_internals, own_code_check
+from .shortcuts import (CALLS_KEY, IS_KEY, TAMPERED_KEY, CallWatch, Shortcut, answer_is, check_internals,
+                        own_code_check)
 
 # The status of one checked exercise.
 PASSED = "passed"
@@ -170,6 +172,11 @@ def _isolated():
             yield
 
 
+#: The operating system's randomness, bound on import: code that later replaces ``secrets.randbelow``
+#: or reseeds ``random`` does not choose the inputs of the checks.
+_draw_seed = secrets.SystemRandom().randrange
+
+
 def run_seed() -> int:
     """A fresh seed for one check run (or the one in ``MHA_COURSE_CHECK_SEED``)."""
     fixed = os.environ.get(SEED_ENV_VAR, "").strip()
@@ -179,7 +186,7 @@ def run_seed() -> int:
         except ValueError:
             raise ValueError(f"{SEED_ENV_VAR} must be a whole number, got {fixed!r}; unset it for "
                              "fresh inputs on every run.") from None
-    return secrets.randbelow(1_000_000)
+    return _draw_seed(1_000_000)
 
 
 def probe(exercise: Exercise, answer: Any, seed: int | None = None) -> dict:
@@ -207,6 +214,8 @@ def probe(exercise: Exercise, answer: Any, seed: int | None = None) -> dict:
         # the checks that need the missing entries will say so.
         recorder.record[PROBE_ERROR_KEY] = error_summary(error)
     recorder.note(CALLS_KEY, list(watch.seen))
+    if watch.tampered:
+        recorder.note(TAMPERED_KEY, list(watch.tampered))
     return recorder.record
 
 
@@ -221,12 +230,19 @@ def detect_safely(mistake: Mistake, record: dict) -> bool:
         return False
 
 
+#: A judge replays the probe's dropout from torch's global random state, which every thread of a
+#: process shares: one judge at a time, so that records judged side by side (the grader's jobs)
+#: get the verdicts they get alone.
+_ONE_JUDGE_AT_A_TIME = threading.RLock()
+
+
 def judge(exercise: Exercise, record: dict) -> CheckResult:
     """Run ``exercise``'s checks on ``record`` in order and return the verdict. Never raises.
 
-    The references are computed with gradients on and without moving the caller's random state.
+    The references are computed with gradients on and without moving the caller's random state,
+    one judge at a time in a process (they seed torch's global random state to replay dropout).
     """
-    with torch.random.fork_rng(devices=[]), torch.enable_grad():
+    with _ONE_JUDGE_AT_A_TIME, torch.random.fork_rng(devices=[]), torch.enable_grad():
         return _judge(exercise, record)
 
 

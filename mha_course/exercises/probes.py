@@ -16,6 +16,8 @@ from typing import Any, Callable
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from ..data import random_batch
 from ..device import get_device
@@ -107,12 +109,58 @@ def device_words(device: str) -> str:
     return str(device)
 
 
+#: The operations a GPU runs with some arguments on the CPU: copies between devices, and indexing
+#: by a CPU tensor of indices.
+MIXING_ALLOWED = frozenset({"aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize", "aten::_to_copy",
+                            "aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_",
+                            "aten::_unsafe_index", "aten::_unsafe_index_put", "aten::set_", "aten::lift_fresh"})
+
+
+class DeviceMixWatch(TorchDispatchMode):
+    """Notes the first operation that takes tensors on two devices (a CPU tensor of one number, which
+    every GPU operation accepts, aside): on the ``meta`` device PyTorch lets some of them pass that a
+    GPU refuses (``index_select`` with CPU indices), so the probe looks for them itself.
+
+    Example:
+        >>> kv = torch.zeros(1, 2, 3, 4, device=META)
+        >>> with DeviceMixWatch() as watch:
+        ...     _ = kv.index_select(1, torch.arange(4) // 2)
+        >>> watch.mixed
+        'index_select with tensors on cpu and meta'
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.mixed: str | None = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func.name().split(".")[0]  # "aten::index.Tensor": the operator, without its overload
+        if self.mixed is None and name not in MIXING_ALLOWED:
+            devices = {t.device.type for t in tree_leaves((args, kwargs))
+                       if isinstance(t, torch.Tensor) and not (t.device.type == "cpu" and t.dim() == 0)}
+            if len(devices) > 1:
+                self.mixed = f"{name.removeprefix('aten::')} with tensors on {' and '.join(sorted(devices))}"
+        return func(*args, **kwargs)
+
+
 def probe_on_devices(rec: Recorder, key: str, run: Callable[[torch.device], Any]) -> None:
-    """Record ``run(device)`` for every device of :func:`probe_devices` (``run`` moves the inputs)."""
+    """Record ``run(device)`` for every device of :func:`probe_devices` (``run`` moves the inputs),
+    and under ``<key>@<device>:mixed`` the first operation that mixed devices (see :class:`DeviceMixWatch`)."""
     devices = probe_devices()
     rec.note(f"{key}:devices", [str(d) for d in devices])
     for device in devices:
-        rec.call(f"{key}@{device.type}", run, device)
+        watch = DeviceMixWatch()
+        with watch:
+            rec.call(f"{key}@{device.type}", run, device)
+        if watch.mixed:
+            rec.note(f"{key}@{device.type}:mixed", watch.mixed)
+
+
+#: Fragments of torch's errors for tensors on two devices.
+DEVICE_ERRORS = ("same device", "expected device", "Expected all tensors")
+NEW_TENSOR_HINT = ("Make every new tensor on the inputs' device: pass device=x.device to torch.arange, torch.zeros, "
+                   "torch.tensor..., or build it from the inputs.")
 
 
 def device_check(key: str, what: str, hint: str = "") -> Callable[[dict], None]:
@@ -120,11 +168,21 @@ def device_check(key: str, what: str, hint: str = "") -> Callable[[dict], None]:
     def run(record: dict) -> None:
         for device in plain(value_of(record, f"{key}:devices")):
             asked = torch.device(device)
-            got = value_of(record, f"{key}@{asked.type}", f"{what} on {device_words(device)}")
+            try:
+                got = value_of(record, f"{key}@{asked.type}", f"{what} on {device_words(device)}")
+            except Failed as failure:
+                if raised(record, f"{key}@{asked.type}", *DEVICE_ERRORS):
+                    raise Failed(failure.expected, failure.got, hint or NEW_TENSOR_HINT) from None
+                raise
             if got.get("kind") != "tensor":
                 raise Failed("a torch.Tensor", describe(got))
             if torch.device(got["device"]).type != asked.type:
                 raise Failed(f"an output on {device}, where the inputs are", f"one on {got['device']}", hint)
+            mixed = plain(record.get(f"{key}@{asked.type}:mixed"))
+            if mixed:
+                raise Failed(f"every tensor it computes with on {device}, where the inputs are",
+                             f"{mixed}: a GPU refuses that",
+                             hint or NEW_TENSOR_HINT)
     return run
 
 

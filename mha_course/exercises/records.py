@@ -185,6 +185,28 @@ def number(summary: dict | None) -> float | None:
     return None
 
 
+def number_text(summary: dict | None, decimals: int | None = None) -> str:
+    """A number as the learner returned it: an int as an int, a float as a float (rounded to
+    ``decimals`` if given), a one-element tensor as a tensor of its dtype.
+
+    Example:
+        >>> number_text(summarise(768)), number_text(summarise(768.0)), number_text(summarise(torch.tensor(768)))
+        ('768', '768.0', 'tensor(768)')
+    """
+    if not isinstance(summary, dict):
+        return repr(summary)
+    kind, value = summary.get("kind"), summary.get("value")
+    if kind == "int":
+        return f"{value:,}"
+    if kind == "float":
+        return f"{value:,.{decimals}f}" if decimals is not None else f"{value:,}"
+    if kind == "tensor" and value.numel() == 1 and summary.get("has_values", True):
+        item = value.reshape(()).item()
+        text = f"{item:.{decimals}f}" if decimals is not None and isinstance(item, float) else f"{item}"
+        return f"tensor({text}" + ("" if summary["dtype"] in ("float32", "int64", "bool") else f", dtype={summary['dtype']}") + ")"
+    return describe(summary)
+
+
 def number_of(record: dict, key: str, what: str = "the call", kind: str = "a number") -> float:
     """The number the answer returned under ``key``; a :class:`Failed` naming ``kind`` otherwise."""
     summary = value_of(record, key, what)

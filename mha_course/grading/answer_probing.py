@@ -9,10 +9,13 @@ Here:
    (``marshal.dumps``, ``os.write``, the tensor readers of ``torch._C``) are kept aside, before any
    of the notebook's code runs;
 2. the names in the modules that checking relies on (``torch``, ``torch.Tensor``, ``nn.Module``,
-   ``builtins``, every ``mha_course`` module) and the code of the package's functions are noted;
+   ``builtins``, every ``mha_course`` module), the code of the package's functions and what each
+   exercise of the table holds (its probe, checks, catalogue and shortcuts) are noted, and the seed
+   of each answer's inputs is drawn;
 3. the notebook's *definitions* are replayed, cell by cell (see
-   :mod:`mha_course.exercises.definitions`): imports, ``def``, ``class``, plain assignments. The
-   cells that patched torch or the package, printed fake verdicts or called ``check`` do not run;
+   :mod:`mha_course.exercises.definitions`): imports, ``def``, ``class``, plain assignments, and
+   the assignments of what the definitions read (a constant computed by a call). The cells that
+   patched torch or the package, printed fake verdicts or called ``check`` do not run;
 4. each answer is probed, as ``check`` does; if the notebook's code changed any of the noted names or
    code while it ran, the record says so and the grader does not score the answer;
 5. each record is sent to the grader as plain data (tensors as their dtype, shape and values) on a
@@ -42,8 +45,8 @@ import types
 import torch
 
 from ..exercises import EXERCISES
-from ..exercises.definitions import definitions
-from ..exercises.framework import MISSING, STATUS_KEY, probe
+from ..exercises.definitions import definitions, used_globals
+from ..exercises.framework import MISSING, STATUS_KEY, probe, run_seed
 
 # Kept aside before any notebook code runs (step 1).
 _write = os.write
@@ -61,6 +64,7 @@ _dtype = torch._C.TensorBase.dtype.__get__
 _shape = torch._C.TensorBase.shape.__get__
 _items = dict.items
 _PLAIN = (type(None), bool, int, float, complex, str, bytes)
+_EXERCISE_FIELDS = ("id", "answer_name", "probe", "checks", "mistakes", "shortcuts")
 
 
 def _watched() -> dict[str, object]:
@@ -73,6 +77,8 @@ def _watched() -> dict[str, object]:
     for name, module in list(sys.modules.items()):
         if module is not None and (name == "mha_course" or name.startswith("mha_course.")):
             spaces[name] = vars(module)
+    for exercise_id, exercise in list(_items(EXERCISES)):  # the table of exercises, and what each one holds
+        spaces[f"EXERCISES[{exercise_id}]"] = {field: getattr(exercise, field) for field in _EXERCISE_FIELDS}
     watched: dict[str, object] = {}
     for space, names in spaces.items():
         for key, value in list(names.items()):
@@ -115,12 +121,19 @@ def _send(fd: int, message) -> None:
 
 
 def run(work: dict, fd: int) -> None:
-    """Replay ``work["cells"]``, probe ``work["answers"]`` and send the frames on ``fd``."""
+    """Replay ``work["cells"]``, probe ``work["answers"]`` and send the frames on ``fd``.
+
+    The seed of each answer's inputs is drawn before any of the notebook's code runs: a replayed
+    definition that sets ``MHA_COURSE_CHECK_SEED`` or replaces ``secrets.randbelow`` (in a default
+    argument, a class body) does not choose them.
+    """
+    seeds = {exercise_id: run_seed() for exercise_id, _ in work["answers"]}
     before = _watched()
     namespace: dict = {"__name__": "__main__", "__builtins__": builtins}
     errors = []
+    used = used_globals([code for _, code in work["cells"]])
     for number, code in work["cells"]:
-        for statement in definitions(code):
+        for statement in definitions(code, used):
             try:
                 _exec(_compile(_Module(body=[statement], type_ignores=[]), f"<cell {number}>", "exec"), namespace)
             except BaseException as error:  # noqa: BLE001 - a replayed definition that fails is reported
@@ -133,7 +146,7 @@ def run(work: dict, fd: int) -> None:
             _send(fd, ("tampered", exercise_id, changed[:5]))
             continue
         if answer_name in namespace:
-            record = probe(EXERCISES[exercise_id], namespace[answer_name])
+            record = probe(EXERCISES[exercise_id], namespace[answer_name], seed=seeds[exercise_id])
         else:
             record = {STATUS_KEY: MISSING}
         changed = _changes(before)

@@ -29,7 +29,7 @@ from pathlib import Path
 from ..exercises.framework import ERROR
 from .grading_setup import raise_it
 from .notebook_run import first_line, seconds
-from .package_files import PackageSnapshot
+from .package_files import PackageSnapshot, site_folders
 
 #: The status of an answer that was still running when its check's time was up.
 TIMED_OUT = "timed out"
@@ -86,10 +86,13 @@ class AnswerProcess:
     def __init__(self, package: Path, folder: Path):
         read, write = os.pipe()
         self.stderr = tempfile.TemporaryFile(dir=folder)
-        boot = ("import sys; sys.path.insert(0, sys.argv[2]); "
+        # -S: no .pth file of site-packages runs here (a notebook may have written one); the
+        # site folders are put on the path as they are.
+        boot = ("import sys; sys.path.insert(0, sys.argv[2]); sys.path.extend(sys.argv[3:]); "
                 "from mha_course.grading.answer_probing import main; main()")
         self.process = subprocess.Popen(
-            [sys.executable, "-I", "-B", "-c", boot, str(write), str(package)], cwd=folder, pass_fds=(write,),
+            [sys.executable, "-I", "-S", "-B", "-c", boot, str(write), str(package), *map(str, site_folders())],
+            cwd=folder, pass_fds=(write,),
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self.stderr)
         os.close(write)
         self.frames = Frames(read)

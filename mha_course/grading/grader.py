@@ -16,7 +16,8 @@ For each notebook the grader
 3. finds the answers in a *fresh* process (:mod:`mha_course.grading.answer_process`, which runs
    :mod:`mha_course.grading.answer_probing`), against another private copy of the package: it
    replays only the statements of the cells that ran which define names (imports, ``def``,
-   ``class``, plain assignments; see :mod:`mha_course.exercises.definitions`), probes each answer by
+   ``class``, plain assignments, the assignments of what those definitions read; see
+   :mod:`mha_course.exercises.definitions`), probes each answer by
    its name (``build_causal_mask``, ...) as ``check`` does, and sends back what the answer did as
    plain data. Patches of torch or of the package made by the notebook's other cells never run
    there, and an answer that changes them while it is checked is not scored;
@@ -59,7 +60,7 @@ from .grading_setup import (CELL_TIMEOUT, CHECK_TIMEOUT, NOTEBOOK_TIMEOUT, Gradi
                             platform_problem, require_grading_platform)
 from ..notebook_files import DATA_FOLDER, data_files
 from .notebook_run import NotebookRun, cell_name, first_line, python_source
-from .package_files import EditWatch, PackageSnapshot
+from .package_files import EditWatch, PackageSnapshot, environment_changes, environment_files
 from .report import (NOT_CHECKED, NOT_RUN, NOT_SCORED, ExerciseScore, NotebookReport, compare_printed,
                      exercises_for, format_report, listed, not_checked, printed_verdicts, verdict, withhold)
 
@@ -120,6 +121,7 @@ class _Grading:
         self.snapshot, self.watch = snapshot, watch
         self.timeout, self.cell_timeout, self.check_timeout = limits
         self.key = watch.start()
+        self.environment = environment_files()  # .pth files and the like, as the notebook finds them
 
     def run_in(self, folder: Path) -> bool:
         """Grade in the temporary ``folder``; True if the notebook's score was withheld."""
@@ -169,9 +171,13 @@ class _Grading:
             return False
         copy = sorted({*snapshot.changed_in(self.package), *snapshot.changed_in(self.answer_folder / "package-1")})
         installed = self.watch.check(self.key)
-        if copy or installed:
+        environment = environment_changes(self.environment)
+        if copy or installed or environment:
             why = [f"the notebook changed the package's files ({listed(copy)})"] if copy else []
-            withhold(report, exercise_ids, "; ".join(why + ([installed_edit(installed)] if installed else [])))
+            why += [installed_edit(installed)] if installed else []
+            why += [f"the Python environment grading runs in changed while this notebook ran ({listed(environment)}, "
+                    "in site-packages): every later Python would run that code"] if environment else []
+            withhold(report, exercise_ids, "; ".join(why))
             return True
         if not exercise_ids:
             return False

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import nbformat
+from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
@@ -85,6 +86,28 @@ def _after(later: list[int]) -> str:
     return f"; the {len(later)} code cell(s) after it did not run" if later else ""
 
 
+#: The kernel a notebook runs on when the one its metadata names is not installed.
+FALLBACK_KERNEL = "python3"
+
+
+def kernel_for(notebook: nbformat.NotebookNode, events: list[str]) -> str:
+    """The kernel the notebook's metadata names, or :data:`FALLBACK_KERNEL` (with a note in
+    ``events``) when no kernel of that name is installed here: a learner's environment may call
+    its kernel otherwise, and the chapters run on any Python kernel with the package."""
+    wanted = (notebook.metadata.get("kernelspec") or {}).get("name") or FALLBACK_KERNEL
+    if wanted == FALLBACK_KERNEL:
+        return wanted
+    try:
+        installed = KernelSpecManager().find_kernel_specs()
+    except Exception:  # noqa: BLE001 - no readable kernel specs at all: the fallback still runs
+        installed = {}
+    if wanted in installed:
+        return wanted
+    events.append(f"the notebook names the kernel {wanted!r}, which is not installed here: it ran on "
+                  f"{FALLBACK_KERNEL}")
+    return FALLBACK_KERNEL
+
+
 class NotebookRun:
     """One notebook's kernel: execute cells with deadlines, and note what happens in ``events``.
 
@@ -99,7 +122,7 @@ class NotebookRun:
         self.events = events
         self.client = NotebookClient(
             notebook, timeout=None, allow_errors=True, interrupt_on_timeout=False, record_timing=False,
-            kernel_name=notebook.metadata.get("kernelspec", {}).get("name", "python3"),
+            kernel_name=kernel_for(notebook, events),
             resources={"metadata": {"path": str(folder)}},
             log=_QUIET_LOG,  # time-outs and errors are reported in the score table instead
             on_cell_executed=self._executed, shutdown_kernel="immediate",

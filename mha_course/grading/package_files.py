@@ -34,6 +34,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import site
 import threading
 from pathlib import Path
 
@@ -126,3 +127,50 @@ class EditWatch:
 
 
 __all__ = ["PackageSnapshot", "EditWatch"]
+
+
+# ----------------------------------------------------------------------------------------------
+# The Python environment grading runs in
+
+
+def site_folders() -> list[Path]:
+    """The folders whose ``.pth`` files every Python started here reads: site-packages (and the
+    user's, if it exists)."""
+    folders = [*site.getsitepackages(), site.getusersitepackages()]
+    return [Path(f) for f in dict.fromkeys(folders) if Path(f).is_dir()]
+
+
+def environment_files(folders: list[Path] | None = None) -> dict[str, str]:
+    """What in the environment runs code at every Python start: each ``.pth`` file and any
+    ``sitecustomize.py`` or ``usercustomize.py`` in the site folders, by path, with a hash of its
+    contents. A notebook that adds or changes one would run its code in every later process, the
+    grader's answer processes included (they start with ``-S``, and read none of them, but the next
+    notebook's kernel would)."""
+    found = {}
+    for folder in site_folders() if folders is None else folders:
+        try:
+            paths = sorted(p for p in folder.iterdir()
+                           if p.suffix == ".pth" or p.name in ("sitecustomize.py", "usercustomize.py"))
+        except OSError:
+            continue
+        for path in paths:
+            try:
+                found[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+            except OSError:
+                found[str(path)] = "unreadable"
+    return found
+
+
+def environment_changes(before: dict[str, str], folders: list[Path] | None = None) -> list[str]:
+    """The names of the files :func:`environment_files` finds added, changed or removed since ``before``.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     before = environment_files([Path(folder)])
+        ...     _ = (Path(folder) / "switch_off.pth").write_text("import os\\n", encoding="utf-8")
+        ...     environment_changes(before, [Path(folder)])
+        ['switch_off.pth']
+    """
+    now = environment_files(folders)
+    return sorted(Path(p).name for p in set(before) | set(now) if before.get(p) != now.get(p))

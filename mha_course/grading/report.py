@@ -155,8 +155,8 @@ def verdict(exercise_id: str, result: tuple, run: NotebookRun, definers: dict[in
     judged = judge(exercise, from_message(result[1]))
     if judged.status != PASSED and "is not defined" in judged.line:
         return score(exercise_id, judged.status, f"{judged.line} (The grader runs the answers with only the "
-                     "notebook's imports, def and class statements and plain assignments: set what the answer uses "
-                     "there, not as a side effect of other code.)", judged.checks_passed)
+                     "notebook's imports, def and class statements and assignments to names: set what the answer "
+                     "uses there, not as a side effect of other code.)", judged.checks_passed)
     if judged.status == MISSING:
         unrun = [i for i, names in definers.items() if name in names and i not in run.ran]
         if unrun:
