@@ -42,6 +42,8 @@ book-student: $(STAMP)
 # make test lints the code (ruff, rules in pyproject.toml), then builds the book (the browser tests
 # read _build/html), rendering the notebooks' stored outputs: the strict nbval run in pytest executes every chapter and compares. The browser
 # tests need chromium: as root (CI) it is installed when missing, otherwise they are skipped.
+# pytest runs on two workers (pytest-xdist), a file at a time on one worker, so that a notebook's
+# cells, a browser session and the grader's shared run each stay in one process.
 test: $(STAMP)
 	@if command -v chromium >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -52,7 +54,7 @@ test: $(STAMP)
 	fi
 	$(BIN)/ruff check .
 	MHA_COURSE_BOOK_EXECUTE=off $(BIN)/jupyter-book build . -W -n --keep-going
-	MHA_COURSE_REQUIRE_BOOK=1 $(BIN)/python -m pytest
+	MHA_COURSE_REQUIRE_BOOK=1 $(BIN)/python -m pytest -n 2 --dist loadfile
 
 # The package's unit, property and doc tests alone, in under two minutes: no book build, no chapter
 # notebooks, no browser. CI runs it on macOS and Windows (.github/workflows/test.yml).
