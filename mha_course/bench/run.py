@@ -15,6 +15,8 @@ the ceiling of a plain matrix product measured at the start and the end of the s
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import sys
 import time
 from dataclasses import asdict
@@ -34,6 +36,30 @@ from .sizes import BenchConfig
 from .steps import build_for, cuda_peak_memory, make_step
 
 
+@contextmanager
+def memory_probe(wanted: bool, device: torch.device):
+    """The probe a run on the CPU measures peak memory with, open for the run and closed after it.
+
+    Yields ``(probe, skipped_because)``: the :class:`~mha_course.bench.memory.CpuMemoryProbe`, or
+    ``None`` when memory is not wanted, on a GPU (the allocator's statistics serve there) or where the
+    platform cannot measure it, and then the reason, printed once.
+    """
+    probe, skipped_because = None, None
+    if wanted and device.type == "cpu":
+        skipped_because = cpu_memory_unsupported_reason()
+        if skipped_because:
+            print(f"peak memory is not measured: {skipped_because}.", file=sys.stderr)
+        else:
+            from .memory import CpuMemoryProbe  # POSIX only: imported where it runs
+
+            probe = CpuMemoryProbe()
+    try:
+        yield probe, skipped_because
+    finally:
+        if probe is not None:
+            probe.close()
+
+
 def run_benchmark(settings: BenchSettings) -> dict:
     """Time every implementation of ``settings`` at every size; return the results as a JSON-ready dict.
 
@@ -48,21 +74,8 @@ def run_benchmark(settings: BenchSettings) -> dict:
     """
     device = prepare_run(settings, BenchSettings, "BenchSettings(configs=(CONFIGS['small-4'],), ...) or "
                          "BenchSettings.for_command(...)")
-    memory, skipped_because, probe = settings.memory, None, None
-    if memory and device.type == "cpu":
-        skipped_because = cpu_memory_unsupported_reason()
-        if skipped_because:
-            print(f"peak memory is not measured: {skipped_because}.", file=sys.stderr)
-            memory = False
-        else:
-            from .memory import CpuMemoryProbe  # POSIX only: imported where it runs
-
-            probe = CpuMemoryProbe()
-    try:
-        results = _Run(settings, device, memory, probe).results()
-    finally:
-        if probe is not None:
-            probe.close()
+    with memory_probe(settings.memory, device) as (probe, skipped_because):
+        results = _Run(settings, device, settings.memory and not skipped_because, probe).results()
     if skipped_because:
         results["meta"]["memory_skipped"] = skipped_because
     return results

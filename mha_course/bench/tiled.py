@@ -19,7 +19,6 @@ results have the main benchmark's format, with ``meta.benchmark = "tiled"``, and
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 
 import torch
@@ -27,9 +26,8 @@ from tqdm import tqdm
 
 from ..tables import Table
 from ..timing import time_interleaved, time_once
-from .machine import cpu_memory_unsupported_reason
 from .results import run_header, select, threads_text
-from .run import observed_run, prepare_run
+from .run import memory_probe, observed_run, prepare_run
 from .settings import RunSettings
 from .sizes import BenchConfig
 from .tiled_steps import TILED_IMPLEMENTATIONS, tiled_calls
@@ -99,16 +97,6 @@ def run_tiled_benchmark(settings: TiledSettings) -> dict:
         measured, ``peak_bytes`` and ``peak_method``.
     """
     device = prepare_run(settings, TiledSettings, "TiledSettings.for_command(...)")
-    memory, probe, skipped_because = settings.memory, None, None
-    if memory and device.type == "cpu":
-        skipped_because = cpu_memory_unsupported_reason()
-        if skipped_because:
-            print(f"peak memory is not measured: {skipped_because}.", file=sys.stderr)
-            memory = False
-        else:
-            from .memory import CpuMemoryProbe
-
-            probe = CpuMemoryProbe()
     bar = tqdm(total=2 + len(settings.configs), desc="bench --tiled", disable=not settings.progress)
 
     def measure() -> list[dict]:
@@ -119,12 +107,10 @@ def run_tiled_benchmark(settings: TiledSettings) -> dict:
             bar.update()
         return rows
 
-    try:
+    with memory_probe(settings.memory, device) as (probe, skipped_because):
+        memory = settings.memory and not skipped_because
         results = observed_run(settings, device, bar, measure, dict(TILED_IMPLEMENTATIONS), memory=memory,
                                benchmark="tiled")
-    finally:
-        if probe is not None:
-            probe.close()
     results["meta"]["block_size"] = settings.block_size
     if skipped_because:
         results["meta"]["memory_skipped"] = skipped_because
