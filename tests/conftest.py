@@ -22,6 +22,24 @@ from mha_course.grading.grading_setup import platform_problem
 # read by tests/test_grader.py, never collected by nbval as chapters.
 collect_ignore_glob = ["notebooks/*.ipynb"]
 
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``-n N --dist loadfile`` (make test): a file's tests run on one worker, as loadfile does,
+    and so do all the browser tests together. Each worker visits a page of the book once for all
+    its browser tests (the ``visit`` fixture of tests/browser): two files on two workers would
+    each visit every page."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class BrowserTestsTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return "tests/browser" if scope.startswith("tests/browser/") else scope
+
+    return BrowserTestsTogether(config, log)
+
+
 # Tests run single-threaded and seeded, so results do not depend on the machine's core count.
 torch.set_num_threads(1)
 

@@ -1,16 +1,18 @@
 """The grader on small hostile notebooks (tests/notebooks/): one that raises, one that tampers
 (redefines check, monkeypatches the package and torch, deletes an answer, forges a record), one that
 patches torch.save when its answer is checked, one that edits the package's files on disk, one
-whose kernel dies, one that calls exit(), and one that never ends; and, in a run of their own, one
-whose answers walk around the check "written by you", one whose answers read constants computed by
-a call, one whose class body swaps an exercise's probe, and one whose kernel is not installed. The grader must survive each,
-say what happened and in which cell, score only what the answers themselves earn, and never write
-into the learner's files or the package's.
+whose kernel dies, one that calls exit(), one that never ends, one whose answers walk around the
+check "written by you", one whose answers read constants computed by a call, one whose class body
+swaps an exercise's probe, one whose kernel is not installed, and one whose replayed code tries to
+choose the seed of the checks' inputs. The grader must survive each, say what happened and in which
+cell, score only what the answers themselves earn, and never write into the learner's files or the
+package's.
 
 The hostile notebooks are graded by the grade command in a process of its own, from temporary
-copies of the notebooks and of the package (``PYTHONPATH``), never against the repository: most of
-them in one shared run (a kernel and an answer process each, two at a time), read by the tests
-below. The time limits leave room for a machine whose cores are all busy with other work.
+copies of the notebooks and of the package (``PYTHONPATH``), never against the repository: all of
+them in one shared run (a kernel and an answer process each, three at a time: the notebook that
+never ends mostly waits for its limits), read by the tests below. The time limits leave room for a
+machine whose cores are all busy with other work.
 """
 
 from __future__ import annotations
@@ -39,9 +41,11 @@ from mha_course.grading.report import score
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = Path(__file__).parent / "notebooks"
-# hangs.ipynb first: it takes longest (a cell and an answer run into their limits), the others share the other worker.
+# hangs.ipynb first: it takes longest (a cell and an answer run into their limits, waiting), the others
+# share the other two places of the run.
 SHARED = ["hangs.ipynb", "raises.ipynb", "tampers.ipynb", "exits.ipynb", "patches_save.ipynb", "calls_exit.ipynb",
-          "edits_package.ipynb"]
+          "edits_package.ipynb", "walks_around_the_watch.ipynb", "constants_computed_by_a_call.ipynb",
+          "swaps_a_probe.ipynb", "01_names_another_kernel.ipynb"]
 CHAPTER_5 = [
     "import copy\nimport torch\nfrom mha_course import check\nfrom mha_course.experiments.specialisation import accuracy",
     "def accuracy_drop(model, head, tokens, labels):\n    ablated = copy.deepcopy(model)\n"
@@ -81,27 +85,29 @@ CELL_LIMIT, CHECK_LIMIT = 20, 20
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """One run of the grade command over copies of the hostile notebooks and a chapter 5 notebook,
-    against a copy of the package."""
+    """One run of the grade command over copies of the hostile notebooks, a chapter 5 notebook and a
+    notebook that tries to fix the seed, against a copy of the package."""
     folder = tmp_path_factory.mktemp("grade")
     env = package_copy(folder / "installed")
+    env.pop("MHA_COURSE_CHECK_SEED", None)  # every check draws its seed, as for a learner
     notebooks = folder / "notebooks"
     shutil.copytree(NOTEBOOKS, notebooks)
-    chapter_5 = notebooks / "05_why_several_heads.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CHAPTER_5]), chapter_5)
+    written = {"05_why_several_heads.ipynb": CHAPTER_5, **_fixes_the_seed()}
+    for name, cells in written.items():
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), notebooks / name)
     out = folder / "scores.json"
-    paths = [notebooks / name for name in SHARED] + [chapter_5]
+    paths = [notebooks / name for name in [*SHARED, *written]]
     before = {path: path.read_bytes() for path in paths}
     listing = sorted(notebooks.iterdir())
     package_before = sources(folder / "installed" / "mha_course")
     process = grade_command([*map(str, paths), "--json", str(out), "--timeout", "600", "--cell-timeout",
-                             str(CELL_LIMIT), "--check-timeout", str(CHECK_LIMIT), "--jobs", "2"], folder, env)
+                             str(CELL_LIMIT), "--check-timeout", str(CHECK_LIMIT), "--jobs", "3"], folder, env)
     stdout, stderr = process.communicate(timeout=900)
     proc = SimpleNamespace(returncode=process.returncode, stdout=stdout, stderr=stderr)
     scores = json.loads(out.read_text(encoding="utf-8")) if out.exists() else None
     by_name = {Path(n["notebook"]).name: n for n in scores["notebooks"]} if scores else {}
     return SimpleNamespace(proc=proc, scores=scores, by_name=by_name, before=before, listing=listing, out=out,
-                           notebooks=notebooks,
+                           notebooks=notebooks, names=[p.name for p in paths],
                            package_unchanged=sources(folder / "installed" / "mha_course") == package_before)
 
 
@@ -120,11 +126,11 @@ def test_command_succeeds_with_table_json_and_progress_bar(graded):
     # The table printed is the one the JSON's reports make, then where the JSON went.
     reports = [NotebookReport.from_dict(n) for n in graded.scores["notebooks"]]
     assert out == format_report(reports) + f"\nScores written to {graded.out}\n"
-    assert "Total: 7/22 exercises passed in 8 notebook(s)" in out
-    assert "Grading" in graded.proc.stderr and "8/8" in graded.proc.stderr  # the progress line
+    assert "Total: 12/45 exercises passed in 13 notebook(s)" in out
+    assert "Grading" in graded.proc.stderr and "13/13" in graded.proc.stderr  # the progress line
     assert "Task exception" not in graded.proc.stderr  # nbclient's reader of an interrupted cell stays quiet
-    assert graded.scores["score"] == 7 and graded.scores["max_score"] == 22
-    assert [Path(n["notebook"]).name for n in graded.scores["notebooks"]] == [*SHARED, "05_why_several_heads.ipynb"]
+    assert graded.scores["score"] == 12 and graded.scores["max_score"] == 45
+    assert [Path(n["notebook"]).name for n in graded.scores["notebooks"]] == graded.names
 
 
 @POSIX_GRADING
@@ -277,34 +283,9 @@ def test_an_edit_and_a_new_module_saved_while_grading_runs_are_kept(tmp_path):
                             "(heads.py, new_module.py). The grader never writes into them")
 
 
-#: Hostile notebooks graded in a run of their own (tests/notebooks/): answers that walk around the
-#: check "written by you", answers that read constants computed by a call, a class body that swaps
-#: an exercise's probe, and a notebook whose kernel is not installed.
-OWN_RUN = ["walks_around_the_watch.ipynb", "constants_computed_by_a_call.ipynb", "swaps_a_probe.ipynb",
-           "01_names_another_kernel.ipynb"]
-
-
-@pytest.fixture(scope="module")
-def graded_apart(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("grade-apart")
-    notebooks = folder / "notebooks"
-    notebooks.mkdir()
-    for name in OWN_RUN:
-        shutil.copy(NOTEBOOKS / name, notebooks / name)
-    out = folder / "scores.json"
-    env = package_copy(folder / "installed")
-    env.pop("MHA_COURSE_CHECK_SEED", None)
-    process = grade_command([*(str(notebooks / n) for n in OWN_RUN), "--json", str(out), "--timeout", "600",
-                             "--cell-timeout", str(CELL_LIMIT), "--check-timeout", str(CHECK_LIMIT), "--jobs", "2"],
-                            folder, env)
-    _, stderr = process.communicate(timeout=900)
-    assert process.returncode == 0, stderr
-    return {Path(n["notebook"]).name: n for n in json.loads(out.read_text(encoding="utf-8"))["notebooks"]}
-
-
 @POSIX_GRADING
-def test_the_grader_refuses_an_answer_that_switches_the_watch_off_or_walks_around_it(graded_apart):
-    report = graded_apart["walks_around_the_watch.ipynb"]
+def test_the_grader_refuses_an_answer_that_switches_the_watch_off_or_walks_around_it(graded):
+    report = graded.by_name["walks_around_the_watch.ipynb"]
     assert _statuses(report) == {"1.1": "failed", "1.2": "failed", "1.3": "missing"}, report
     assert _line(report, "1.1").startswith("✗ 1.1: written by you: ") and "sys.setprofile" in _line(report, "1.1")
     assert _line(report, "1.2").startswith("✗ 1.2: written by you: ")
@@ -312,22 +293,22 @@ def test_the_grader_refuses_an_answer_that_switches_the_watch_off_or_walks_aroun
 
 
 @POSIX_GRADING
-def test_answers_that_read_a_constant_computed_by_a_call_pass_in_the_grader_as_in_the_notebook(graded_apart):
-    report = graded_apart["constants_computed_by_a_call.ipynb"]
-    graded = {e["id"]: e["status"] for e in report["exercises"] if e["id"] in ("1.1", "1.2", "3.4", "6.3")}
-    assert graded == dict.fromkeys(("1.1", "1.2", "3.4", "6.3"), "passed"), report
+def test_answers_that_read_a_constant_computed_by_a_call_pass_in_the_grader_as_in_the_notebook(graded):
+    report = graded.by_name["constants_computed_by_a_call.ipynb"]
+    statuses = {e["id"]: e["status"] for e in report["exercises"] if e["id"] in ("1.1", "1.2", "3.4", "6.3")}
+    assert statuses == dict.fromkeys(("1.1", "1.2", "3.4", "6.3"), "passed"), report
     assert not [e for e in report["events"] if "printed" in e], report["events"]
 
 
 @POSIX_GRADING
-def test_a_class_body_the_grader_replays_cannot_swap_a_probe(graded_apart):
-    report = graded_apart["swaps_a_probe.ipynb"]
+def test_a_class_body_the_grader_replays_cannot_swap_a_probe(graded):
+    report = graded.by_name["swaps_a_probe.ipynb"]
     assert _statuses(report)["1.1"] == "not scored", report  # its class body changed the exercise table
 
 
 @POSIX_GRADING
-def test_a_kernel_that_is_not_installed_falls_back_to_python3_with_a_note(graded_apart):
-    report = graded_apart["01_names_another_kernel.ipynb"]
+def test_a_kernel_that_is_not_installed_falls_back_to_python3_with_a_note(graded):
+    report = graded.by_name["01_names_another_kernel.ipynb"]
     assert _statuses(report)["1.1"] == "passed", report
     assert report["events"] == ["the notebook names the kernel 'course-env', which is not installed here: it ran on "
                                 "python3"]
@@ -339,6 +320,7 @@ SEEDED_CHAPTERS = ["02_stacked_heads.ipynb", "03_batched_heads.ipynb", "04_what_
                    "06_sharing_keys_and_values.ipynb"]
 
 
+@pytest.mark.chapters
 @POSIX_GRADING
 def test_the_instructors_solutions_pass_when_graded_several_at_a_time(tmp_path):
     notebooks = tmp_path / "book"
@@ -384,20 +366,9 @@ def _fixes_the_seed() -> dict[str, list[str]]:
 
 
 @POSIX_GRADING
-def test_code_the_grader_replays_cannot_choose_the_seed(tmp_path):
-    paths = []
-    for name, cells in _fixes_the_seed().items():
-        paths.append(tmp_path / name)
-        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), paths[-1])
-    out = tmp_path / "scores.json"
-    env = package_copy(tmp_path / "installed")
-    env.pop("MHA_COURSE_CHECK_SEED", None)
-    process = grade_command([*map(str, paths), "--json", str(out), "--timeout", "600", "--cell-timeout",
-                             str(CELL_LIMIT), "--check-timeout", str(CHECK_LIMIT)], tmp_path, env)
-    _, stderr = process.communicate(timeout=900)
-    assert process.returncode == 0, stderr
-    [seed] = json.loads(out.read_text(encoding="utf-8"))["notebooks"]
-    assert _statuses(seed)["6.3"] == "failed", seed  # drawn afresh, the inputs are not in the table
+def test_code_the_grader_replays_cannot_choose_the_seed(graded):
+    report = graded.by_name["fixes_the_seed.ipynb"]
+    assert _statuses(report)["6.3"] == "failed", report  # drawn afresh, the inputs are not in the table
 
 
 def test_definitions_replay_imports_defs_and_plain_assignments_only():

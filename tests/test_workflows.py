@@ -363,7 +363,7 @@ def test_the_windows_steps_are_the_makefiles_recipe_line_for_line():
         "python -m venv .venv",
         ".venv/Scripts/python -m pip install --quiet --disable-pip-version-check -r requirements.txt",
         ".venv/Scripts/python -m pip install --quiet --disable-pip-version-check --no-deps -e .",
-        ".venv/Scripts/python -m pytest -n 2 --dist loadfile mha_course tests --ignore=tests/browser --ignore-glob='*.ipynb'",
+        ".venv/Scripts/python -m pytest -n 2 --dist loadfile -m 'not chapters' mha_course tests --ignore=tests/browser --ignore-glob='*.ipynb'",
     ]
 
 
