@@ -15,6 +15,7 @@ from mha_course import (
     MultiHeadAttentionWrapper,
     TiledMultiHeadAttention,
 )
+from mha_course.bench import machine
 from mha_course.bench.machine import cpu_memory_unsupported_reason
 from mha_course.grading.grading_setup import platform_problem
 
@@ -38,6 +39,16 @@ def pytest_xdist_make_scheduler(config, log):
             return "tests/browser" if scope.startswith("tests/browser/") else scope
 
     return BrowserTestsTogether(config, log)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _short_watch_for_other_work():
+    """A benchmark run watches the machine for other programs' work for a second as it starts and
+    as it ends, asleep; the tests' runs watch for a twentieth of that (what they check is that the
+    watch is made and stored, not what it finds)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(machine, "OTHER_WORK_WINDOW_S", 0.05)
+        yield
 
 
 # Tests run single-threaded and seeded, so results do not depend on the machine's core count.

@@ -87,9 +87,9 @@ def _own_cpu_seconds() -> float:
     return times.user + times.system + times.children_user + times.children_system
 
 
-def other_work_cores(window: float = OTHER_WORK_WINDOW_S) -> float | None:
-    """How many cores other programs keep busy now: watched over ``window`` seconds while this process
-    sleeps, its own CPU time taken out. ``None`` where the platform has no ``/proc/stat``.
+def other_work_cores(window: float | None = None) -> float | None:
+    """How many cores other programs keep busy now: watched over ``window`` seconds (default
+    ``OTHER_WORK_WINDOW_S``) while this process sleeps, its own CPU time taken out. ``None`` where the platform has no ``/proc/stat``.
 
     Example:
         >>> cores = other_work_cores(0.05)
@@ -99,7 +99,7 @@ def other_work_cores(window: float = OTHER_WORK_WINDOW_S) -> float | None:
     before, own_before, started = _busy_cpu_seconds(), _own_cpu_seconds(), time.monotonic()
     if before is None:
         return None
-    time.sleep(window)
+    time.sleep(OTHER_WORK_WINDOW_S if window is None else window)
     after, own_after, elapsed = _busy_cpu_seconds(), _own_cpu_seconds(), time.monotonic() - started
     if after is None or elapsed <= 0:
         return None
