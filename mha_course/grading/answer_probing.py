@@ -1,13 +1,13 @@
 """The grader's answer process: replay a notebook's definitions, probe each answer, send the records.
 
-The grader starts this module in a fresh Python process (``python -I``, the package imported from a
+The grader starts this module in a fresh Python process (``python -I -S -B``, the package imported from a
 private copy that no notebook has run against) and waits until it has imported everything before
 the notebook's first cell runs in its own kernel; once the notebook has run, it sends the work.
 Here:
 
 1. everything the probes and the sending need is imported, and the functions that send records
-   (``marshal.dumps``, ``os.write``, the tensor readers of ``torch._C``) are kept aside, before any
-   of the notebook's code runs;
+   (``marshal.dumps``, ``os.write``, a ``struct.Struct`` packer, the tensor readers of ``torch._C``)
+   are kept aside, before any of the notebook's code runs;
 2. the names in the modules that checking relies on (``torch``, ``torch.Tensor``, ``nn.Module``,
    ``builtins``, every ``mha_course`` module), the code of the package's functions and what each
    exercise of the table holds (its probe, checks, catalogue and shortcuts) are noted, and the seed
@@ -23,14 +23,17 @@ Here:
    the grader judges the records in its own process.
 
 The grader sends the work on standard input (``marshal``): ``{"cells": [(number, code), ...],
-"answers": [(exercise_id, answer_name), ...]}``; frames on the pipe are a 4-byte length and a
-``marshal`` payload: ``("ready",)`` once everything is imported, ``("start", id)``, ``("record", id, data)``, ``("tampered", id, names)``,
-``("replayed", errors)``.
+"answers": [(exercise_id, answer_name), ...]}``; frames on the pipe are ``multiprocessing``'s (a
+4-byte signed big-endian length, then the payload; a payload of 2 GiB or more ends this process with
+an error), and each payload is ``marshal`` data: ``("ready",)`` once everything is imported,
+``("start", id)``, ``("record", id, data)``, ``("tampered", id, names)``, ``("replayed", errors)``.
 
-The frames are written with the functions kept aside in step 1 (``os.write``, ``marshal.dumps``),
-not with a ``multiprocessing`` connection: its sending path looks up Python attributes at every
-call (``Connection._send``, the module's ``struct.pack``) that the notebook's code, replayed here,
-could replace to slip a forged record in front of the real one.
+The library is on the reading side only. The grader reads the frames with a ``multiprocessing``
+connection, in its own process, where no notebook code runs, and decodes them with ``marshal``;
+here they are written with the functions kept aside in step 1 (``os.write``, the ``pack`` of a
+``struct.Struct("!i")``, ``marshal.dumps``), not with a connection: its sending path looks up Python
+attributes at every call (``Connection._send``, the module's ``struct.pack``) that the notebook's
+code, replayed here, could replace to slip a forged record in front of the real one.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import ast
 import builtins
 import marshal
 import os
+import struct
 import sys
 import types
 
@@ -50,6 +54,7 @@ from ..exercises.framework import MISSING, STATUS_KEY, probe, run_seed
 
 # Kept aside before any notebook code runs (step 1).
 _write = os.write
+_size = struct.Struct("!i").pack  # multiprocessing's frame header
 _compile = compile
 _exec = exec
 _Module = ast.Module
@@ -116,8 +121,11 @@ def to_message(value, depth: int = 0):
 
 
 def _send(fd: int, message) -> None:
+    """Write ``message`` on ``fd`` as a frame ``multiprocessing``'s ``recv_bytes`` reads."""
     data = _dumps(message)
-    _write(fd, _len(data).to_bytes(4, "big") + data)
+    frame = _size(_len(data)) + data
+    while frame:  # a write cut short by a signal says how much went
+        frame = frame[_write(fd, frame):]
 
 
 def run(work: dict, fd: int) -> None:

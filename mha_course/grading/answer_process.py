@@ -1,12 +1,26 @@
 """The grader's side of the answer process: start it, send it the work, read its frames with deadlines.
 
 The answers are found in a *fresh* Python process (:mod:`mha_course.grading.answer_probing`, run with
-``python -I`` against a private copy of the package), never in the kernel that ran the notebook.
-:class:`AnswerProcess` starts one and hands it the write end of a pipe (``pass_fds``); the process
-imports everything, says ``("ready",)``, then reads the work from its standard input and answers on
-the pipe in frames (a 4-byte length and a ``marshal`` payload), which :class:`Frames` reads with a
-deadline each (``select``). Both need a POSIX system: see
-:mod:`mha_course.grading.grading_setup`.
+``python -I -S -B`` against a private copy of the package), never in the kernel that ran the notebook.
+:class:`AnswerProcess` starts one in a session of its own and hands it the write end of a
+``multiprocessing`` pipe (``pass_fds``); the process imports everything, says ``("ready",)``, then
+reads the work from its standard input and answers on the pipe in frames. The frames are
+``multiprocessing``'s own (a 4-byte length, then the payload), read here by its connection
+(``poll``, ``recv_bytes``) and decoded with ``marshal`` only, never unpickled (``recv`` would run
+what a forged pickle asks for). The answer process writes them without ``multiprocessing``, with
+functions kept aside before any of the notebook's code runs (see its docstring).
+
+:class:`Frames` reads on a thread of its own, so that a deadline holds even while a frame is half
+read: a process that starts a frame and never finishes it gives ``"timeout"`` at the deadline, and
+closing the process kills its whole process group, so that the reading ends with the end of the
+pipe. Were ``recv_bytes`` called where the deadline is kept, a process the notebook forked into a
+session of its own, holding the pipe, could stall the grader for good.
+
+The process is started by :mod:`subprocess`, not by ``multiprocessing``'s spawn context: spawn
+starts the child with the grader's own interpreter flags and, before anything else, sets its
+``sys.path`` to the grader's and imports the grader's ``__main__`` (the installed package), so the
+child would neither run with ``-I -S -B`` nor import the private copy first. ``pass_fds``,
+``start_new_session`` and ``os.killpg`` are POSIX's: see :mod:`mha_course.grading.grading_setup`.
 
 :func:`answer_records` drives the processes for one notebook and returns one result per exercise:
 ``("record", data)``, ``("tampered", names)``, ``(TIMED_OUT,)`` (or ``(TIMED_OUT, why)``) or
@@ -18,11 +32,14 @@ of a new process.
 from __future__ import annotations
 
 import marshal
+import multiprocessing
 import os
-import select
+import queue
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -43,36 +60,45 @@ ANSWER_PROCESS_START = 120.0
 
 
 class Frames:
-    """Reads the answer process's frames (4-byte length, marshal payload) with deadlines."""
+    """The answer process's frames, read from ``connection`` (the read end of a
+    ``multiprocessing`` pipe) on a thread that owns it and closes it when the frames end.
 
-    def __init__(self, fd: int):
-        self.fd = fd
-        self.buffer = b""
-        self.closed = False
+    A frame still half read when the process is closed keeps the thread until the pipe's last
+    writer is gone: at once, unless the notebook's code moved a process holding it out of the
+    process group."""
+
+    def __init__(self, connection):
+        self.frames: queue.SimpleQueue = queue.SimpleQueue()
+        self.ended = False
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._read, args=(connection,), name="answer-frames", daemon=True)
+        self.thread.start()
+
+    def _read(self, connection) -> None:
+        try:
+            while not self.stopped.is_set():
+                if connection.poll(0.2):  # a while at a time, to notice stop() when nothing comes
+                    self.frames.put(marshal.loads(connection.recv_bytes()))
+        except (EOFError, OSError, ValueError, TypeError):
+            pass  # the end of the pipe, a frame cut short, or one that is not marshal data: no more frames
+        finally:
+            connection.close()
+            self.frames.put(None)
 
     def next(self, deadline: float):
         """The next frame; ``"timeout"`` when the deadline passes first, ``None`` at the end."""
-        while True:
-            if len(self.buffer) >= 4:
-                size = int.from_bytes(self.buffer[:4], "big")
-                if len(self.buffer) >= 4 + size:
-                    data, self.buffer = self.buffer[4:4 + size], self.buffer[4 + size:]
-                    try:
-                        return marshal.loads(data)
-                    except (ValueError, EOFError, TypeError):
-                        return None
-            if self.closed:
-                return None
-            wait = deadline - time.monotonic()
-            if wait <= 0:
-                return "timeout"
-            ready, _, _ = select.select([self.fd], [], [], wait)
-            if ready:
-                chunk = os.read(self.fd, 1 << 20)
-                if chunk:
-                    self.buffer += chunk
-                else:
-                    self.closed = True
+        if self.ended:
+            return None
+        try:
+            frame = self.frames.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            return "timeout"
+        self.ended = frame is None
+        return frame
+
+    def stop(self) -> None:
+        """Read no further frame: the thread ends after the one it is reading, if any."""
+        self.stopped.set()
 
 
 class AnswerProcess:
@@ -83,20 +109,31 @@ class AnswerProcess:
         folder: its working folder (its standard error is kept there, to say why it ended).
     """
 
+    #: The code it runs (``python -c``), given the pipe's write end, the package's folder and the
+    #: site folders as arguments.
+    BOOT = ("import sys; sys.path.insert(0, sys.argv[2]); sys.path.extend(sys.argv[3:]); "
+            "from mha_course.grading.answer_probing import main; main()")
+
     def __init__(self, package: Path, folder: Path):
-        read, write = os.pipe()
+        read, write = multiprocessing.Pipe(duplex=False)
         self.stderr = tempfile.TemporaryFile(dir=folder)
         # -S: no .pth file of site-packages runs here (a notebook may have written one); the
-        # site folders are put on the path as they are.
-        boot = ("import sys; sys.path.insert(0, sys.argv[2]); sys.path.extend(sys.argv[3:]); "
-                "from mha_course.grading.answer_probing import main; main()")
-        self.process = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-B", "-c", boot, str(write), str(package), *map(str, site_folders())],
-            cwd=folder, pass_fds=(write,),
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self.stderr)
-        os.close(write)
+        # site folders are put on the path as they are. A session of its own: close() kills
+        # whatever the notebook's code started there too.
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-B", "-c", self.BOOT, str(write.fileno()), str(package),
+                 *map(str, site_folders())],
+                cwd=folder, pass_fds=(write.fileno(),), start_new_session=True,
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self.stderr)
+        except BaseException:
+            read.close()
+            self.stderr.close()
+            raise
+        finally:
+            write.close()
         self.frames = Frames(read)
-        self.read = read
+        self.closed = False
         self.is_ready = False
 
     def ready(self, deadline: float) -> bool:
@@ -122,18 +159,21 @@ class AnswerProcess:
         return f"exit code {code}" + (f": {first_line(lines[-1])}" if lines else "")
 
     def close(self) -> None:
-        if self.read < 0:
+        if self.closed:
             return
-        if self.process.poll() is None:
-            self.process.kill()
+        self.closed = True
+        self.frames.stop()
+        if self.process.returncode is None:  # not reaped yet: its process group's number is still its own
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except OSError:  # the group is gone already
+                pass
         self.process.wait()
         if self.process.stdin and not self.process.stdin.closed:
             try:
                 self.process.stdin.close()
             except OSError:
                 pass
-        os.close(self.read)
-        self.read = -1
         self.stderr.close()
 
 
