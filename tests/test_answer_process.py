@@ -218,3 +218,18 @@ def test_frames_come_with_a_deadline_and_end_with_the_pipe():
     assert frames.next(time.monotonic() + 0.5) == "timeout"
     writer.close()
     assert frames.next(time.monotonic() + GUARD) is None
+
+
+def test_a_process_that_never_gets_ready_times_out_though_its_work_would_fill_the_pipe(monkeypatch, tmp_path):
+    # A process stuck before it reads its standard input: the work (more than a pipe holds) is not
+    # written to it, since the write would wait for a reader that never comes.
+    monkeypatch.setattr(AnswerProcess, "BOOT", "import time; time.sleep(600)")
+    cells = [(1, "x = 1  # " + "a long cell " * 10_000)]
+    results: dict[str, tuple] = {}
+    thread = threading.Thread(daemon=True, target=lambda: results.update(
+        answer_records(FolderSnapshot(), tmp_path, cells, [("1.1", "passes")], CHECK, start_timeout=CHECK)))
+    thread.start()
+    thread.join(GUARD)
+    assert not thread.is_alive(), f"answer_records was still running after {GUARD:g} s: the grader hangs"
+    [(status, why)] = results.values()
+    assert status == TIMED_OUT and "had not imported the package" in why

@@ -199,9 +199,12 @@ def answer_records(snapshot: PackageSnapshot, folder: Path, cells: list[tuple[in
         else:
             process = AnswerProcess(snapshot.write_copy(folder / f"package-{attempt}"), folder)
         try:
-            process.ready(time.monotonic() + start_timeout)
-            process.send({"cells": cells, "answers": remaining})
-            frame = process.frames.next(time.monotonic() + start_timeout)
+            if process.ready(time.monotonic() + start_timeout):
+                # Ready, it reads all of its standard input before any of the notebook's code runs.
+                process.send({"cells": cells, "answers": remaining})
+                frame = process.frames.next(time.monotonic() + start_timeout)
+            else:  # still importing, or gone: the work is not sent (a write it never reads would block)
+                frame = "timeout" if process.process.poll() is None else None
             if frame == "timeout":
                 for exercise_id, _ in remaining:
                     results[exercise_id] = (TIMED_OUT, f"the process that checks the answers had not imported the "
