@@ -15,7 +15,7 @@ import mha_course
 from chapter8_answers import ALSO_CORRECT, CORRECT, WRONG
 from mha_course.exercises import EXERCISES, run_check
 from mha_course.exercises import chapter8
-from mha_course.exercises.framework import OWN_CODE, SEED_ENV_VAR, probe
+from mha_course.exercises.framework import SEED_ENV_VAR, probe
 from mha_course.exercises.records import seed_of
 
 pytest.importorskip("transformers")
@@ -56,16 +56,6 @@ def test_the_message_shows_the_layer_and_the_input(seeded):
     line = run_check("8.1", WRONG[("8.1", "not-transposed")]).line
     assert re.search(r"for attention = GPT2Attention\(GPT2Config\(n_embd=\d+, n_head=\d+\)\) on "
                      r"random_batch\(2, \d+, \d+, seed=\d+\)", line), line
-
-
-def test_the_package_conversion_is_no_answer():
-    def by_the_package(attention, mha):
-        return mha.load_state_dict(mha_course.from_gpt2_attention(attention).state_dict())
-
-    for answer in (mha_course.from_gpt2_attention, by_the_package):
-        result = run_check("8.1", answer)
-        assert (result.status, result.failed_check) == ("failed", OWN_CODE), result.line
-        assert "from_gpt2_attention" in result.line
 
 
 def test_the_variant_defaults_are_the_package_conversion():
