@@ -12,8 +12,8 @@ finds every answers file by its name, as the registry finds the ``chapterN`` mod
 ``mha_course.exercises``: a new chapter's answers need no line here.
 
 Every check draws fresh inputs, as it does for a learner; ``MHA_COURSE_CHECK_SEED`` fixes them when
-a failure needs reproducing. tests/test_chapter6_checks.py and its like run the answers of their
-chapter over many fixed seeds.
+a failure needs reproducing. tests/test_checks_over_seeds.py runs the answers of some chapters over
+many fixed seeds.
 """
 
 from __future__ import annotations
