@@ -107,4 +107,3 @@ def test_the_mistakes_of_6_3_give_numbers_of_their_own():
             numbers = [chapter6.size_variant(*args)] + [chapter6.size_variant(*args, mistake=m)
                                                         for m in chapter6.SIZE_MISTAKES]
             assert len(set(numbers)) == len(numbers)
-

@@ -63,4 +63,3 @@ def test_failure_messages_show_the_input_and_both_results(seed, monkeypatch):
     line = run_check("7.1", WRONG[("7.1", "acc-not-rescaled")]).line
     assert re.search(r"acc row \d = \[.+\] after a second tile \(scores \(\d+, \d+\), values \(\d+, \d+\)\) that "
                      r"raises the maximum of rows 0, 2, \.\.\., got \[.+\]", line), line
-

@@ -73,15 +73,16 @@ CATALOGUE = [(exercise.id, mistake) for exercise in EXERCISES.values() for mista
 
 def test_every_chapter_has_its_answers_file_and_it_answers_that_chapter_alone():
     chapters = [int(re.fullmatch(r".*\.chapter(\d+)", name).group(1)) for name in chapter_modules()]
-    assert sorted(ANSWERS) == chapters, (
-        f"the exercise modules are of chapters {chapters} and the answers files of {sorted(ANSWERS)}: each "
-        "chapterN module of mha_course/exercises/ has its tests/chapterN_answers.py, as chapter6_answers.py")
+    missing = [f"tests/chapter{n}_answers.py" for n in chapters if n not in ANSWERS]
+    assert not missing, (f"mha_course/exercises/ has chapters {chapters}; write {missing}, defining "
+                         f"{', '.join(ANSWER_NAMES)} as tests/chapter6_answers.py does")
+    assert sorted(ANSWERS) == chapters, f"answers files of chapters {sorted(ANSWERS)}, exercise modules of {chapters}"
     for chapter, module in ANSWERS.items():
         ids = {*module.CORRECT, *module.ALSO_CORRECT, *(e for e, _ in module.WRONG),
                *(e for e, _, _ in module.BY_THE_PACKAGE.values())}
         strays = sorted(i for i in ids if i not in EXERCISES or EXERCISES[i].chapter != chapter)
-        assert not strays, (f"{Path(module.__file__).name} answers {strays}, no exercises of chapter {chapter}: "
-                            "move each answer to the answers file of its exercise's chapter")
+        assert not strays, (f"{Path(module.__file__).name} answers {strays}, which are not exercises of chapter "
+                            f"{chapter}: move each answer to the answers file of its exercise's chapter")
 
 
 def test_every_catalogue_entry_has_a_wrong_answer_here():

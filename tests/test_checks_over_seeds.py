@@ -109,4 +109,3 @@ def test_the_judge_needs_only_the_record(exercise_id, seeded):
     seeded(6)  # a later draw changes the verdict on neither record
     assert judge(exercise, records[0]).passed and judge(exercise, records[1]).mistake == mistake
     assert [seed_of(record) for record in records] == [5, 5]
-
