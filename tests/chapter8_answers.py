@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+import mha_course
+
 # ----------------------------------------------------------------------------------------------
 # 8.1
 
@@ -117,7 +119,13 @@ def _frozen(attention, mha):
     return mha
 
 
+def _by_the_package(attention, mha):
+    return mha.load_state_dict(mha_course.from_gpt2_attention(attention).state_dict())
+
+
 CORRECT = {"8.1": copy_gpt2_weights}
+
+#: More correct answers, written differently.
 ALSO_CORRECT = {"8.1": [_by_split, _by_state_dict]}
 
 WRONG = {
@@ -134,4 +142,11 @@ WRONG = {
     ("8.1", "shared"): _shared,
     ("8.1", "plain-tensors"): _plain_tensors,
     ("8.1", "frozen"): _frozen,
+}
+
+#: Answers that are, or call, the package's own answer (or the checks' own): refused, naming what
+#: they use. Name -> (exercise, answer, what the message names).
+BY_THE_PACKAGE = {
+    "8.1 is from_gpt2_attention": ("8.1", mha_course.from_gpt2_attention, "mha_course's own from_gpt2_attention"),
+    "8.1 loads from_gpt2_attention": ("8.1", _by_the_package, "mha_course's own from_gpt2_attention"),
 }

@@ -1,9 +1,8 @@
-"""Chapter 6's checks: fresh inputs on every run, the learner's own work, and messages that show the inputs.
+"""Chapter 6's checks: the learner's own work, and messages that show the inputs.
 
-tests/test_checks.py runs every check on the correct answers, on one wrong answer per catalogued
-mistake and on hostile answers, once (with whatever seed the run draws). Here the same answers
-run over many fixed seeds, so that no draw of the inputs lets a mistake through or hides its
-message, and the properties that randomised checks rely on are tested directly.
+tests/test_checks.py runs every check on the answers of tests/chapter6_answers.py once, and
+tests/test_checks_over_seeds.py over many fixed seeds (with the tests that the inputs change from
+run to run and that the judge needs only the record). Here: what is particular to chapter 6.
 """
 
 from __future__ import annotations
@@ -14,77 +13,24 @@ import sys
 import pytest
 import torch
 
-from chapter6_answers import ALSO_CORRECT, BY_THE_PACKAGE, CORRECT, WRONG
+from chapter6_answers import WRONG
 from mha_course import GroupedQueryAttention, KVCache, cost
 from mha_course.exercises import EXERCISES, run_check
 from mha_course.exercises import chapter6
-from mha_course.exercises.framework import OWN_CODE, SEED_ENV_VAR, judge, probe
-from mha_course.exercises.records import seed_of
+from mha_course.exercises.framework import SEED_ENV_VAR
 from mha_course.exercises.shortcuts import CallWatch
-
-SEEDS = [0, 1, 2, 7, 12345, 999_999]
-
-
-@pytest.fixture
-def seeded(monkeypatch):
-    """Run the checks with a chosen seed instead of a fresh one."""
-    def use(seed):
-        monkeypatch.setenv(SEED_ENV_VAR, str(seed))
-    return use
+from test_checks_over_seeds import SEEDS
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("exercise_id", ["6.1", "6.2", "6.3"])
-def test_correct_answers_pass_whatever_the_inputs(exercise_id, seed, seeded):
-    seeded(seed)
-    for answer in [CORRECT[exercise_id], *ALSO_CORRECT.get(exercise_id, [])]:
-        result = run_check(exercise_id, answer)
-        assert result.passed, result.line
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("key", sorted(WRONG), ids=[f"{e}-{m}" for e, m in sorted(WRONG)])
-def test_every_mistake_gets_its_message_whatever_the_inputs(key, seed, seeded):
-    seeded(seed)
-    exercise_id, mistake = key
-    result = run_check(exercise_id, WRONG[key])
-    assert result.status == "failed" and result.mistake == mistake, result.line
-
-
-def test_the_inputs_change_from_run_to_run():
-    records = [probe(EXERCISES["6.3"], CORRECT["6.3"]) for _ in range(3)]
-    seeds = {seed_of(r) for r in records}
-    assert len(seeds) == 3
-    arguments = {chapter6.size_case(seed, "model") for seed in seeds}
-    assert len(arguments) == 3
-
-
-def test_a_number_copied_from_a_failure_message_fails_the_next_run(seeded):
-    seeded(1)
+def test_a_number_copied_from_a_failure_message_fails_the_next_run(monkeypatch):
+    monkeypatch.setenv(SEED_ENV_VAR, "1")
     line = run_check("6.3", WRONG[("6.3", "query-heads")]).line
     copied = int(re.search(r"expected ([\d,]+) bytes", line).group(1).replace(",", ""))
     same_run = run_check("6.3", lambda *args: copied)  # the same inputs: right for that model only
     assert same_run.checks_passed == 3 and same_run.failed_check == "the cache of another grouped-query model"
-    seeded(2)
+    monkeypatch.setenv(SEED_ENV_VAR, "2")
     result = run_check("6.3", lambda *args: copied)
     assert result.status == "failed" and result.failed_check == "the cache of a grouped-query model"
-
-
-@pytest.mark.parametrize("exercise_id,answer", BY_THE_PACKAGE, ids=[f"{e}-{a.__name__}" for e, a in BY_THE_PACKAGE])
-def test_an_answer_that_calls_the_package_is_refused(exercise_id, answer, seeded):
-    seeded(3)
-    result = run_check(exercise_id, answer)
-    assert (result.status, result.failed_check, result.checks_passed) == ("failed", OWN_CODE, 0), result.line
-    called = re.search(r"got a call to (.+?)\. ", result.line).group(1)
-    assert called in {s.label for s in EXERCISES[exercise_id].shortcuts}
-
-
-def test_the_package_answers_themselves_are_refused():
-    for exercise_id, answer, label in (("6.1", chapter6.reference_expand, "the checks' own chapter6.reference_expand"),
-                                       ("6.3", cost.kv_cache_bytes, "mha_course's own kv_cache_bytes")):
-        result = run_check(exercise_id, answer)
-        assert (result.status, result.failed_check) == ("failed", OWN_CODE), result.line
-        assert f"got {label}." in result.line
 
 
 def test_only_the_package_answers_are_refused():
@@ -116,9 +62,9 @@ def test_watching_leaves_a_profiler_in_place():
         sys.setprofile(None)
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_failure_messages_show_the_input_and_both_results(seed, seeded):
-    seeded(seed)
+@pytest.mark.parametrize("seed", SEEDS[6])
+def test_failure_messages_show_the_input_and_both_results(seed, monkeypatch):
+    monkeypatch.setenv(SEED_ENV_VAR, str(seed))
     line = run_check("6.1", WRONG[("6.1", "repeat")]).line
     kv, num_heads = chapter6.expand_case(seed, "readable")
     a, b = (f"{v:g}" for v in kv.flatten().tolist())
@@ -137,7 +83,7 @@ def test_failure_messages_show_the_input_and_both_results(seed, seeded):
     assert re.search(r"expected the new token's output sequence \d, token 0 = \[.+\] from .+, got \[.+\]", line)
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("seed", SEEDS[6])
 def test_the_variants_default_to_the_package(seed):
     for key in chapter6.STEP_CASES:
         gqa, x, cached = chapter6.step_case(seed, key)
@@ -161,12 +107,3 @@ def test_the_mistakes_of_6_3_give_numbers_of_their_own():
             numbers = [chapter6.size_variant(*args)] + [chapter6.size_variant(*args, mistake=m)
                                                         for m in chapter6.SIZE_MISTAKES]
             assert len(set(numbers)) == len(numbers)
-
-
-def test_the_judge_needs_only_the_record(seeded):
-    """The grader judges in another process: the seed in the record is all it needs to rebuild the inputs."""
-    seeded(5)
-    record = probe(EXERCISES["6.2"], WRONG[("6.2", "no-scale")])
-    seeded(6)  # a later draw does not change the verdict on that record
-    assert judge(EXERCISES["6.2"], record).mistake == "no-scale"
-    assert seed_of(record) == 5

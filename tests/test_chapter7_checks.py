@@ -1,9 +1,8 @@
-"""Chapter 7's checks: fresh inputs on every run, the learner's own work, and messages that show the inputs.
+"""Chapter 7's checks: the cases they draw, and messages that show the inputs.
 
-tests/test_checks.py runs every check on the correct answers, on one wrong answer per catalogued
-mistake and on hostile answers, once (with whatever seed the run draws). Here the same answers
-run over many fixed seeds, so that no draw of the inputs lets a mistake through or hides its
-message, and the properties that randomised checks rely on are tested directly.
+tests/test_checks.py runs every check on the answers of tests/chapter7_answers.py once, and
+tests/test_checks_over_seeds.py over many fixed seeds (with the tests that the inputs change from
+run to run and that the judge needs only the record). Here: what is particular to chapter 7.
 """
 
 from __future__ import annotations
@@ -13,64 +12,15 @@ import re
 import pytest
 import torch
 
-from chapter7_answers import ALSO_CORRECT, BY_THE_PACKAGE, CORRECT, WRONG
-from mha_course.exercises import EXERCISES, run_check
+from chapter7_answers import WRONG
+from mha_course.exercises import run_check
 from mha_course.exercises import chapter7
-from mha_course.exercises.framework import OWN_CODE, SEED_ENV_VAR, judge, probe
-from mha_course.exercises.records import seed_of
+from mha_course.exercises.framework import SEED_ENV_VAR
 from mha_course.tiled import tile_kind
-
-SEEDS = [0, 1, 2, 7, 12345, 999_999]
-
-
-@pytest.fixture
-def seeded(monkeypatch):
-    """Run the checks with a chosen seed instead of a fresh one."""
-    def use(seed):
-        monkeypatch.setenv(SEED_ENV_VAR, str(seed))
-    return use
+from test_checks_over_seeds import SEEDS
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("exercise_id", ["7.1", "7.2"])
-def test_correct_answers_pass_whatever_the_inputs(exercise_id, seed, seeded):
-    seeded(seed)
-    for answer in [CORRECT[exercise_id], *ALSO_CORRECT.get(exercise_id, [])]:
-        result = run_check(exercise_id, answer)
-        assert result.passed, result.line
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("key", sorted(WRONG), ids=[f"{e}-{m}" for e, m in sorted(WRONG)])
-def test_every_mistake_gets_its_message_whatever_the_inputs(key, seed, seeded):
-    seeded(seed)
-    exercise_id, mistake = key
-    result = run_check(exercise_id, WRONG[key])
-    assert result.status == "failed" and result.mistake == mistake, result.line
-
-
-def test_the_inputs_change_from_run_to_run():
-    seeds = {seed_of(probe(EXERCISES["7.2"], CORRECT["7.2"])) for _ in range(3)}
-    assert len(seeds) == 3
-    assert len({chapter7.tile_case(seed, "aligned") for seed in range(20)}) > 3
-    tiles = [chapter7.update_case(seed, "grows")[0][1] for seed in (1, 2)]
-    assert tiles[0].shape != tiles[1].shape or not torch.equal(tiles[0], tiles[1])
-
-
-@pytest.mark.parametrize("exercise_id,answer", BY_THE_PACKAGE, ids=[f"{e}-{a.__name__}" for e, a in BY_THE_PACKAGE])
-def test_an_answer_that_calls_the_package_is_refused(exercise_id, answer, seeded):
-    seeded(3)
-    result = run_check(exercise_id, answer)
-    assert (result.status, result.failed_check, result.checks_passed) == ("failed", OWN_CODE, 0), result.line
-
-
-def test_the_package_answer_itself_is_refused():
-    result = run_check("7.2", tile_kind)
-    assert (result.status, result.failed_check) == ("failed", OWN_CODE), result.line
-    assert "got mha_course's own tile_kind." in result.line
-
-
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("seed", SEEDS[7])
 def test_the_variants_default_to_the_package(seed):
     from mha_course import tiled_attention
 
@@ -103,9 +53,9 @@ def test_the_cases_cover_what_the_checks_need():
         assert (second > first).any() and (second < first).any()  # some rows' maximum grows, others' not
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_failure_messages_show_the_input_and_both_results(seed, seeded):
-    seeded(seed)
+@pytest.mark.parametrize("seed", SEEDS[7])
+def test_failure_messages_show_the_input_and_both_results(seed, monkeypatch):
+    monkeypatch.setenv(SEED_ENV_VAR, str(seed))
     line = run_check("7.2", WRONG[("7.2", "diagonal-skipped")]).line
     tokens, block = chapter7.tile_case(seed, "aligned")
     assert f'expected "cut" for the tile of query block 0 and key block 0 ({tokens} tokens in blocks of {block}' in line
@@ -113,10 +63,3 @@ def test_failure_messages_show_the_input_and_both_results(seed, seeded):
     line = run_check("7.1", WRONG[("7.1", "acc-not-rescaled")]).line
     assert re.search(r"acc row \d = \[.+\] after a second tile \(scores \(\d+, \d+\), values \(\d+, \d+\)\) that "
                      r"raises the maximum of rows 0, 2, \.\.\., got \[.+\]", line), line
-
-
-def test_the_judge_needs_only_the_record(seeded):
-    seeded(5)
-    record = probe(EXERCISES["7.1"], WRONG[("7.1", "rescale-inverted")])
-    seeded(6)
-    assert judge(EXERCISES["7.1"], record).mistake == "rescale-inverted"
