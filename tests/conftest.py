@@ -24,21 +24,44 @@ from mha_course.grading.grading_setup import platform_problem
 collect_ignore_glob = ["notebooks/*.ipynb"]
 
 
+#: Test files (or folders) that take longest, in that order: under pytest-xdist they start first, one
+#: to a worker, and the rest fill in around them (by number of tests, as xdist orders them).
+LONGEST_FIRST = ("tests/browser", "tests/test_grader.py")
+
+
 def pytest_xdist_make_scheduler(config, log):
-    """Under ``-n N --dist loadfile`` (make test): a file's tests run on one worker, as loadfile does,
-    and so do all the browser tests together. Each worker visits a page of the book once for all
-    its browser tests (the ``visit`` fixture of tests/browser): two files on two workers would
-    each visit every page."""
+    """Under ``-n N --dist loadfile`` (make test, make test-package): a file's tests run on one worker,
+    as loadfile does, and so do all the browser tests together (each worker visits a page of the book
+    once for all its browser tests, in tests/browser's ``visit`` fixture: two files on two workers
+    would each visit every page); the files of ``LONGEST_FIRST`` are handed out first."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    class BrowserTestsTogether(LoadFileScheduling):
+    class LongestFirst(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             scope = super()._split_scope(nodeid)
             return "tests/browser" if scope.startswith("tests/browser/") else scope
 
-    return BrowserTestsTogether(config, log)
+        def schedule(self) -> None:
+            if self.collection is None:  # the first call: order the work before it is handed out
+                for node, collection in self.registered_collections.items():
+                    self.registered_collections[node] = self._longest_first(collection)
+                self.config.option.loadscopereorder = False  # the order is set here
+            super().schedule()
+
+        def _longest_first(self, collection: list[str]) -> list[str]:
+            scopes: dict[str, list[str]] = {}
+            for nodeid in collection:
+                scopes.setdefault(self._split_scope(nodeid), []).append(nodeid)
+
+            def rank(scope: str) -> tuple[int, int]:
+                tier = LONGEST_FIRST.index(scope) if scope in LONGEST_FIRST else len(LONGEST_FIRST)
+                return tier, -len(scopes[scope])
+
+            return [nodeid for scope in sorted(scopes, key=rank) for nodeid in scopes[scope]]
+
+    return LongestFirst(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)
