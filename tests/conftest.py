@@ -43,23 +43,17 @@ def pytest_xdist_make_scheduler(config, log):
             scope = super()._split_scope(nodeid)
             return "tests/browser" if scope.startswith("tests/browser/") else scope
 
-        def schedule(self) -> None:
-            if self.collection is None:  # the first call: order the work before it is handed out
-                for node, collection in self.registered_collections.items():
-                    self.registered_collections[node] = self._longest_first(collection)
-                self.config.option.loadscopereorder = False  # the order is set here
-            super().schedule()
-
-        def _longest_first(self, collection: list[str]) -> list[str]:
-            scopes: dict[str, list[str]] = {}
-            for nodeid in collection:
-                scopes.setdefault(self._split_scope(nodeid), []).append(nodeid)
-
-            def rank(scope: str) -> tuple[int, int]:
-                tier = LONGEST_FIRST.index(scope) if scope in LONGEST_FIRST else len(LONGEST_FIRST)
-                return tier, -len(scopes[scope])
-
-            return [nodeid for scope in sorted(scopes, key=rank) for nodeid in scopes[scope]]
+        def _assign_work_unit(self, node) -> None:
+            # The first time: move the longest files to the front of the queue (xdist queued the files
+            # by number of tests). Each worker's own collection, which the tests to run are numbered
+            # by, stays as it is.
+            if not getattr(self, "_longest_first", False):
+                self._longest_first = True
+                tier = {scope: LONGEST_FIRST.index(scope) if scope in LONGEST_FIRST else len(LONGEST_FIRST)
+                        for scope in self.workqueue}
+                for scope in sorted(self.workqueue, key=tier.__getitem__):
+                    self.workqueue.move_to_end(scope)
+            super()._assign_work_unit(node)
 
     return LongestFirst(config, log)
 
