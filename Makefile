@@ -56,7 +56,7 @@ test: $(STAMP)
 	MHA_COURSE_BOOK_EXECUTE=off $(BIN)/jupyter-book build . -W -n --keep-going
 	MHA_COURSE_REQUIRE_BOOK=1 $(BIN)/python -m pytest -n 2 --dist loadfile
 
-# The package's unit, property and doc tests alone, in about two and a half minutes on two workers: no book build, no chapter
+# The package's unit, property and doc tests alone, in under two minutes on two workers: no book build, no chapter
 # notebooks (the tests marked `chapters`, which run chapters in a kernel, are left to make test), no browser. CI runs it
 # on macOS and Windows (.github/workflows/test.yml).
 .PHONY: test-package
