@@ -93,53 +93,40 @@ def _report_run(results: dict, summarise_run, label: str | None, args: argparse.
 def _bench_decode(args: argparse.Namespace) -> int:
     from .bench import DecodeSettings, decode_summary, run_decode_benchmark
 
-    for option, value in (("--implementations", args.implementations), ("--modes", args.modes)):
-        if value:
-            return _fail("bench", f"{option} does not apply to --decode, which always times one generated token "
-                         "two ways (recompute, kv_cache); leave it out.")
-    try:
-        settings = DecodeSettings.for_command(
-            quick=args.quick, configs=_comma_list(args.configs), min_run_time=args.min_run_time,
-            rounds=args.rounds, threads=args.threads, device=args.device, progress=not args.no_progress,
-            label=args.label)
-    except ValueError as error:
-        return _fail("bench", str(error))
-    return _report_run(run_decode_benchmark(settings), decode_summary, settings.label, args)
+    return _fixed_benchmark(args, "--decode", "times one generated token two ways (recompute, kv_cache)",
+                            DecodeSettings, run_decode_benchmark, decode_summary)
 
 
 def _bench_heads_map(args: argparse.Namespace) -> int:
     from .bench import HeadsMapSettings, heads_map_summary, run_heads_map
 
-    for option, value in (("--implementations", args.implementations), ("--modes", args.modes)):
-        if value:
-            return _fail("bench", f"{option} does not apply to --heads-map, which always times stacked and "
-                         "batched heads forward; leave it out.")
-    try:
-        settings = HeadsMapSettings.for_command(
-            quick=args.quick, configs=_comma_list(args.configs), min_run_time=args.min_run_time,
-            rounds=args.rounds, threads=args.threads, device=args.device, progress=not args.no_progress,
-            label=args.label)
-    except ValueError as error:
-        return _fail("bench", str(error))
-    return _report_run(run_heads_map(settings), heads_map_summary, settings.label, args)
+    return _fixed_benchmark(args, "--heads-map", "times stacked and batched heads forward", HeadsMapSettings,
+                            run_heads_map, heads_map_summary)
 
 
 def _bench_tiled(args: argparse.Namespace) -> int:
     from .bench import TiledSettings, run_tiled_benchmark, tiled_summary
 
+    options = {} if args.block_size is None else {"block_size": args.block_size}
+    return _fixed_benchmark(args, "--tiled", "runs attention's middle three ways (scores, tiled, sdpa), forward",
+                            TiledSettings, run_tiled_benchmark, tiled_summary, memory=not args.no_memory, **options)
+
+
+def _fixed_benchmark(args: argparse.Namespace, flag: str, does: str, settings_class, run, summarise,
+                     **options) -> int:
+    """A benchmark whose implementations and modes are fixed (``--decode``, ``--heads-map``, ``--tiled``):
+    refuse ``--implementations``/``--modes``, build its settings from the command line, run, report."""
     for option, value in (("--implementations", args.implementations), ("--modes", args.modes)):
         if value:
-            return _fail("bench", f"{option} does not apply to --tiled, which always runs attention's middle three "
-                         "ways (scores, tiled, sdpa), forward; leave it out.")
-    options = {} if args.block_size is None else {"block_size": args.block_size}
+            return _fail("bench", f"{option} does not apply to {flag}, which always {does}; leave it out.")
     try:
-        settings = TiledSettings.for_command(
+        settings = settings_class.for_command(
             quick=args.quick, configs=_comma_list(args.configs), min_run_time=args.min_run_time,
-            rounds=args.rounds, threads=args.threads, device=args.device, memory=not args.no_memory,
-            progress=not args.no_progress, label=args.label, **options)
+            rounds=args.rounds, threads=args.threads, device=args.device, progress=not args.no_progress,
+            label=args.label, **options)
     except (ValueError, TypeError) as error:
         return _fail("bench", str(error))
-    return _report_run(run_tiled_benchmark(settings), tiled_summary, settings.label, args)
+    return _report_run(run(settings), summarise, settings.label, args)
 
 
 def _add_bench(commands) -> None:

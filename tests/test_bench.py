@@ -190,8 +190,8 @@ def test_bad_names_are_reported():
 
 
 def test_quick_command_writes_json_csv_and_plot(tmp_path, capsys):
-    code = cli(["bench", "--quick", "--configs", "textbook", "--no-memory", "--no-progress", "--min-run-time",
-                "0.002", "--rounds", "1", "--out", str(tmp_path)])
+    code = cli(["bench", "--quick", "--configs", "textbook", "--no-memory", "--no-progress",
+                "--out", str(tmp_path)])
     assert code == 0
     printed = capsys.readouterr().out
     assert "textbook (the running example" in printed and "wrote " in printed

@@ -100,8 +100,7 @@ def test_settings_are_checked():
 
 
 def test_quick_command_writes_json_csv_and_plot(tmp_path, capsys):
-    assert cli(["bench", "--heads-map", "--quick", "--no-progress", "--min-run-time", "0.002", "--rounds", "1",
-                "--out", str(tmp_path)]) == 0
+    assert cli(["bench", "--heads-map", "--quick", "--no-progress", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "batched ÷ stacked" in out and "caches:" in out and "bench-heads-map-cpu-quick.json" in out
     results = bench.load_results(tmp_path / "bench-heads-map-cpu-quick.json")
