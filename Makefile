@@ -4,7 +4,7 @@
 #               on every chapter, and the browser tests over the built book
 #   make lab    start learning: JupyterLab on the chapters without solutions, in student/
 # Below them: make student, make book-student and make test-package (the package's tests alone).
-# Needs only Python 3.11+ and make.
+# Needs only Python 3.11 to 3.13 and make; `make book PYTHON=python3.12` picks the interpreter for .venv.
 
 PYTHON ?= python3
 VENV := .venv
@@ -44,6 +44,8 @@ book-student: $(STAMP)
 # tests need chromium: as root (CI) it is installed when missing, otherwise they are skipped.
 # pytest runs on two workers (pytest-xdist), a file at a time on one worker, so that a notebook's
 # cells, a browser session and the grader's shared run each stay in one process.
+# About three and a half minutes on a quiet two-core AMD EPYC with AVX-512, three to four times that on
+# a processor three to four times slower at float32 matrix products (README, CONTRIBUTING.md).
 test: $(STAMP)
 	@if command -v chromium >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -58,7 +60,7 @@ test: $(STAMP)
 
 # The package's unit, property and doc tests alone, in under two minutes on two workers: no book build, no chapter
 # notebooks (the tests marked `chapters`, which run chapters in a kernel, are left to make test), no browser. CI runs it
-# on macOS and Windows (.github/workflows/test.yml).
+# on Linux, macOS and Windows with Python 3.11 to 3.13 (.github/workflows/test.yml).
 .PHONY: test-package
 test-package: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m 'not chapters' mha_course tests --ignore=tests/browser --ignore-glob='*.ipynb'
