@@ -65,5 +65,13 @@ test: $(STAMP)
 test-package: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m 'not chapters' mha_course tests --ignore=tests/browser --ignore-glob='*.ipynb'
 
+# Every test file alone, one after another in a shuffled order that it prints first: a test that passes only
+# after another file has run fails here. CI runs it on Linux (.github/workflows/test.yml).
+.PHONY: test-each
+test-each: $(STAMP)
+	@files="$$($(BIN)/python -c 'import glob, random; f = sorted(glob.glob("tests/test_*.py")); random.shuffle(f); print(*f)')"; \
+	echo "Each test file alone, in this order: $$files"; \
+	for f in $$files; do echo "== $$f"; $(BIN)/python -m pytest -q -p no:xdist "$$f" || exit 1; done
+
 clean:
 	rm -rf _build
