@@ -275,4 +275,7 @@ def validated_input(forward):
         validate_input(x, self.d_in, self.context_length, like=next(self.parameters(), None))
         return forward(self, x, *args, **kwargs)
 
+    if not forward.__doc__:  # the listed forward has none: say what the call does
+        checked_forward.__doc__ = ("``(batch, num_tokens, d_in) -> (batch, num_tokens, d_out)``, once the "
+                                   "shape, dtype, device and length of ``x`` are checked.")
     return checked_forward
