@@ -308,7 +308,8 @@ def test_reporting_code_behaves_and_reads_as_before():
     from mha_course.exercises.shortcuts import RAN_EVENT
 
     for function in (mha_course.causal_mask, mha_course.MultiHeadAttention.__init__, chapter1.reference_head):
-        assert any(getattr(c, "__self__", None) == RAN_EVENT for c in function.__code__.co_consts), function
+        assert any(getattr(c, "__self__", None) == RAN_EVENT for c in inspect.unwrap(function).__code__.co_consts), \
+            function
     source = Path(mha_course.masking.__file__).read_text(encoding="utf-8").splitlines(keepends=True)
     lines, first = inspect.getsourcelines(mha_course.causal_mask)
     assert lines == source[first - 1:first - 1 + len(lines)] and lines[0].startswith("def causal_mask(")
