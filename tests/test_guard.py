@@ -19,6 +19,8 @@ import threading
 import types
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 #: The packages of the checks and of the grader, which imports them: the reference process leaves them out.
 CHECKS = ("mha_course.exercises", "mha_course.grading", "mha_course.cli", "mha_course.__main__", "mha_course.edition")
@@ -80,7 +82,8 @@ def reference() -> None:
     names = _modules(mha_course)
     assert not [name for name in sys.modules if name.startswith(CHECKS[:2])], "the reference imported the checks"
     functions = _package_functions(names)
-    print(json.dumps({"modules": names, "digests": {key: _digest(f.__code__) for key, f in functions.items()}}))
+    print(json.dumps({"file": mha_course.__file__, "modules": names,
+                      "digests": {key: _digest(f.__code__) for key, f in functions.items()}}))
 
 
 def _reference() -> dict:
@@ -113,7 +116,10 @@ def _run_some_checks() -> None:
 
 
 def test_the_checks_leave_the_packages_functions_as_their_files_define_them():
+    import mha_course
+
     expected = _reference()
+    assert expected["file"] == mha_course.__file__
     _run_some_checks()
     functions = _package_functions(expected["modules"])
     before = {key: function.__code__ for key, function in functions.items()}
@@ -179,9 +185,12 @@ def test_a_check_leaves_no_profile_function_behind_in_any_thread():
 #: Private internals of CPython and torch that the checks do not read, and the process-wide hooks they do not install.
 PRIVATE_NAMES = ("sys._getframe", "sys._current_frames", "_bootstrap_inner", "torch._C", "torch._ops",
                  "addaudithook", "KW_NAMES", "opname", "import opcode", "import ctypes", "gc.get_objects", ".__code__ =")
+#: The folders of the package whose code runs in the learner's own process when they check an answer.
+LEARNER_SIDE = ("exercises",)
 
 
-def test_the_checks_read_no_private_internals():
-    found = [f"{path.relative_to(REPO)}: {name}" for path in sorted((REPO / "mha_course" / "exercises").rglob("*.py"))
+@pytest.mark.parametrize("folder", LEARNER_SIDE)
+def test_the_checks_read_no_private_internals(folder):
+    found = [f"{path.relative_to(REPO)}: {name}" for path in sorted((REPO / "mha_course" / folder).rglob("*.py"))
              for name in PRIVATE_NAMES if name in path.read_text(encoding="utf-8")]
     assert found == []

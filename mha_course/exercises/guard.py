@@ -4,11 +4,11 @@ Each exercise names its *shortcuts* (see :mod:`~mha_course.exercises.shortcuts`)
 functions and classes that already do what it asks, and the torch calls that would skip the steps
 it is about. The checks' own references count as shortcuts for every exercise.
 
-What ``check()`` promises. It is feedback for an honest learner, and it refuses the package's
-answer however an honest learner reaches it: called directly, under another name, through an
-attribute or a wrapper (``functools.partial``, a lambda, a decorator), from a thread the answer
-starts, in another copy of the package, as a renamed copy of its code (``code.replace``,
-``types.FunctionType``) or run from the package's source text (``exec``). Where an exercise forbids
+What ``check()`` promises. It is feedback for an honest learner. It refuses the package's answer
+however such a learner reaches it: called directly, under another name, through an attribute or a
+wrapper (``functools.partial``, a lambda, a decorator), or from a thread the answer starts. So it
+does in another copy of the package, in a renamed copy of its code (``code.replace``,
+``types.FunctionType``) and in its source text run with ``exec``. Where an exercise forbids
 torch's ``scaled_dot_product_attention``, every entry point of it is refused
 (``torch.nn.functional``, ``torch.ops.aten`` and its overloads, the fused kernels' functions).
 
@@ -56,9 +56,10 @@ def place(code: types.CodeType) -> tuple[str, str] | None:
         ('cost.py', 'kv_cache_bytes')
     """
     parts = PurePath(code.co_filename).parts
-    if PACKAGE_FOLDER not in parts[:-1]:
+    folders = parts[:-1]
+    if PACKAGE_FOLDER not in folders:
         return None
-    last = len(parts) - 1 - parts[::-1].index(PACKAGE_FOLDER)
+    last = len(folders) - 1 - folders[::-1].index(PACKAGE_FOLDER)
     return "/".join(parts[last + 1:]), code.co_qualname
 
 
