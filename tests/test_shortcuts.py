@@ -293,6 +293,16 @@ def test_the_watch_is_on_only_while_the_answer_runs():
     assert sys.getprofile() is before  # put back once the check is over
 
 
+def test_a_watch_inside_a_watch_leaves_the_outer_one_watching():
+    outer, inner = CallWatch(package(cost.kv_cache_bytes)), CallWatch(package(cost.kv_cache_bytes_per_token))
+    with outer:
+        with inner:
+            cost.kv_cache_bytes(2, 2, 4, num_tokens=3)  # (which calls kv_cache_bytes_per_token)
+        assert sys.getprofile() is outer
+    assert outer.seen == ["mha_course's own kv_cache_bytes"]
+    assert inner.seen == ["mha_course's own kv_cache_bytes_per_token"]
+
+
 def test_the_packages_function_reads_and_behaves_as_its_file():
     import inspect
 

@@ -189,13 +189,13 @@ class CallWatch:
         self._known[id(code)] = (code, label)
         return label
 
-    def _profile(self, frame: types.FrameType, event: str, arg: Any) -> None:
+    def __call__(self, frame: types.FrameType, event: str, arg: Any) -> None:
+        """The profile function: note the call of a shortcut."""
         if not self._depth:  # a thread that outlived the check: leave it alone from now on
             sys.setprofile(None)
             return
-        outer = getattr(self._previous[0], "__self__", None)
-        if isinstance(outer, CallWatch):  # a check run inside a checked answer: the outer one sees it too
-            outer._profile(frame, event, arg)
+        if isinstance(self._previous[0], CallWatch):  # a check run inside a checked answer: the outer one sees it too
+            self._previous[0](frame, event, arg)
         label = None
         if event == "call":
             label = self._label(frame.f_code)
@@ -211,8 +211,8 @@ class CallWatch:
         self._depth += 1
         if self._depth == 1:
             self._previous = (sys.getprofile(), threading.getprofile())
-            sys.setprofile(self._profile)
-            threading.setprofile(self._profile)
+            sys.setprofile(self)
+            threading.setprofile(self)
         return self
 
     def __exit__(self, *exc) -> None:
