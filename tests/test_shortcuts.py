@@ -198,6 +198,15 @@ def _fused_attention_through_an_overload(x, W_query, W_key, W_value):
     return torch.ops.aten.scaled_dot_product_attention.default(queries, keys, values, is_causal=True)
 
 
+def _mask_after_emptying_the_garbage_collectors_lists(num_tokens, device=None):
+    import gc
+
+    for thing in gc.get_objects():  # (the guard kept its state there once; it keeps none an answer can clear)
+        if isinstance(thing, list) and "mha_course's own causal_mask" in thing:
+            thing.clear()
+    return mha_course.causal_mask(num_tokens, device)
+
+
 @pytest.mark.parametrize("answer, words", [
     (_mask_under_another_name, "got a call to mha_course's own causal_mask"),
     (_mask_through_an_attribute, "got a call to mha_course's own causal_mask"),
@@ -207,6 +216,7 @@ def _fused_attention_through_an_overload(x, W_query, W_key, W_value):
     (_mask_from_a_pool, "got a call to mha_course's own causal_mask"),
     (_mask_from_the_source_text, "got a call to mha_course's own causal_mask"),
     (_mask_from_a_renamed_copy, "got a call to mha_course's own causal_mask"),
+    (_mask_after_emptying_the_garbage_collectors_lists, "got a call to mha_course's own causal_mask"),
     (_another_name, "got mha_course's own causal_mask"),
     (_renamed_copy(mha_course.causal_mask, "build_causal_mask"), "got mha_course's own causal_mask"),
 ], ids=lambda value: getattr(value, "__name__", "")[:40] if callable(value) else "")
