@@ -79,7 +79,7 @@ def points(status: str, checks_passed: int, checks_total: int, partial: bool = F
     (0 for an answer refused as not written by the learner, whose first check fails)."""
     if status == PASSED:
         return 1
-    return round(checks_passed / checks_total, 4) if partial and checks_total else 0
+    return round(checks_passed / checks_total, 4) if partial and checks_total and checks_passed else 0
 
 
 def graded_chapters(reports: list[NotebookReport], chapters: list[int] | None = None) -> list[int]:
