@@ -241,8 +241,9 @@ def _add_student_arguments(parser: argparse.ArgumentParser) -> None:
                              "builds the HTML book without solutions")
 
 
-GRADE_EXIT_STATUS = ("exit status: 0 when every exercise graded passed, 1 when one did not (or grading cannot "
-                     "run here), 2 for a mistake on the command line; a classroom runner can score by it")
+GRADE_EXIT_STATUS = ("exit status: 0 when every exercise graded passed, 1 when one did not or a notebook had none "
+                     "to grade (or grading cannot run here), 2 for a mistake on the command line; a classroom runner "
+                     "can score by it")
 
 
 def _add_grade_arguments(parser: argparse.ArgumentParser) -> None:

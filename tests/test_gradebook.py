@@ -262,11 +262,20 @@ def test_grade_needs_notebooks_or_a_class_folder_and_says_so(tmp_path, capsys):
 @POSIX_GRADING
 def test_an_empty_class_writes_a_gradebook_of_not_submitted_and_fails(tmp_path, capsys):
     (tmp_path / "submitted" / "erin").mkdir(parents=True)
+    (tmp_path / "submitted" / "05_whose.ipynb").write_text("{}", encoding="utf-8")
     out = tmp_path / "class.csv"
     assert main(["grade", "--submissions", str(tmp_path / "submitted"), "--chapters", "5", "--csv", str(out)]) == 1
     with out.open(newline="", encoding="utf-8") as file:
         assert list(csv.reader(file))[1:] == [["erin", "", "5.1", "not submitted", "0", "1", "0",
                                                 str(len(EXERCISES["5.1"].checks))]]
+    assert "05_whose.ipynb is in no student's folder: not graded" in capsys.readouterr().err
+
+
+@POSIX_GRADING
+def test_a_notebook_with_nothing_to_grade_is_no_pass(tmp_path):
+    broken = tmp_path / "01_broken.ipynb"
+    broken.write_text("{ this is not json", encoding="utf-8")
+    assert main(["grade", str(broken)]) == 1
 
 
 @pytest.mark.chapters

@@ -13,8 +13,9 @@ The grader (:mod:`mha_course.grading.grader`) grades notebooks; this module is t
 * ``--gradescope FILE``: Gradescope's ``results.json`` for one submission
   (:mod:`mha_course.grading.gradescope`);
 * the exit status, for a classroom runner (GitHub Classroom's command grader scores by it): 0 when
-  every exercise graded passed, 1 when one did not (or grading cannot run on this platform), 2 for
-  a mistake on the command line.
+  every exercise graded passed, 1 when one did not, or a notebook had none to grade (or grading
+  cannot run on this platform), 2 for a mistake on the command line. Without ``--submissions`` the
+  gradebook's student column is empty.
 
 Example:
     >>> from mha_course.grading.report import score
@@ -66,7 +67,10 @@ class GradebookRow:
 
 def collect(submissions: Path) -> dict[str, list[Path]]:
     """Each student (a subfolder of ``submissions``) and the notebooks under it, at any depth
-    (Jupyter's checkpoints left out). A student whose folder holds none is kept, with none."""
+    (Jupyter's checkpoints left out). A student whose folder holds none is kept, with none. A
+    notebook directly in ``submissions`` belongs to no student: it is named on stderr and left out."""
+    for stray in sorted(submissions.glob("*.ipynb")):
+        print(f"{stray} is in no student's folder: not graded (put it in {submissions}/STUDENT/)", file=sys.stderr)
     students = {}
     for folder in sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith(".")):
         students[folder.name] = sorted(p for p in folder.rglob("*.ipynb")
@@ -118,8 +122,11 @@ def write_csv(rows: list[GradebookRow], path: Path) -> None:
         writer.writerows(astuple(row) for row in rows)
 
 
-def exit_status(rows: list[GradebookRow]) -> int:
-    """:data:`ALL_PASSED` when every row passed, else :data:`NOT_ALL_PASSED`."""
+def exit_status(rows: list[GradebookRow], reports: list[NotebookReport] = ()) -> int:
+    """:data:`ALL_PASSED` when every row passed and each of ``reports`` scored an exercise, else
+    :data:`NOT_ALL_PASSED` (a notebook that could not be read, or has no exercise, is no pass)."""
+    if any(not report.exercises for report in reports):
+        return NOT_ALL_PASSED
     return ALL_PASSED if all(row.status == PASSED for row in rows) else NOT_ALL_PASSED
 
 
@@ -189,7 +196,7 @@ def main(args: argparse.Namespace) -> int:
     if args.gradescope:
         write_results(reports, rows, args.gradescope)
         print(f"Gradescope results written to {args.gradescope}")
-    return exit_status(rows)
+    return exit_status(rows, reports)
 
 
 __all__ = ["GradebookRow", "collect", "parse_chapters", "points", "graded_chapters", "gradebook", "write_csv", "exit_status", "main",
