@@ -14,7 +14,6 @@
 * :mod:`~mha_course.grading.gradescope` and :mod:`~mha_course.grading.autograder` - Gradescope's
   ``results.json``, and the autograder zip (``python -m mha_course autograder``);
 * :mod:`~mha_course.grading.seeds` - the seeds of a grading, recorded so that a regrade replays it;
-* :mod:`~mha_course.grading.warmup` - the kernel's imports, made while the answer process makes its own;
 * :mod:`~mha_course.grading.progress` - ``python -m mha_course progress``, the learner's view;
 * :mod:`~mha_course.grading.grading_setup` - the time limits and the platform check (imports
   nothing heavy: the command line reads its defaults).

@@ -58,7 +58,6 @@ from ..notebook_files import DATA_FOLDER, data_files
 from .notebook_run import NotebookRun, cell_name, first_line, python_source
 from .package_files import EditWatch, PackageSnapshot, environment_changes, environment_files
 from .seeds import exercise_seeds, grading_seed
-from .warmup import warm_up
 from .report import (NOT_CHECKED, NOT_RUN, NOT_SCORED, ExerciseScore, NotebookReport, compare_printed,
                      exercises_for, format_report, listed, not_checked, printed_verdicts, verdict, withhold)
 
@@ -160,7 +159,6 @@ class _Grading:
             # The kernel's own log lines (e.g. its warning about TCP transport) would clutter the table.
             with self.run.client.setup_kernel(stderr=subprocess.DEVNULL, env=env):
                 started = True
-                warm_up(self.run.client)  # the kernel imports while the answer process does
                 answers.ready(time.monotonic() + self.timeout)
                 self.run.run_notebook(self.timeout, self.cell_timeout)
         except Exception as error:  # the kernel would not start, or died on shutdown
