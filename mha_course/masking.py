@@ -104,3 +104,55 @@ def register_causal_mask(module: torch.nn.Module, context_length: int) -> None:
     """
     module.register_buffer("mask", causal_mask(context_length))
     module.register_load_state_dict_pre_hook(validate_loaded_mask)
+
+
+def validate_attention_mask(attention_mask, batch: int, num_keys: int, device: torch.device) -> torch.Tensor:
+    """Check a padding mask and return it as booleans, ``True`` for the real tokens.
+
+    ``attention_mask`` must be ``(batch, num_keys)``, one entry per position a query may read (the
+    cached ones and the new ones), boolean or integer 0/1, on ``device``.
+    """
+    shape = f"(batch, cached + new positions) = ({batch}, {num_keys})"
+    if not isinstance(attention_mask, torch.Tensor):
+        raise TypeError(f"attention_mask must be a torch.Tensor of shape {shape}, 1 (or True) for a real token "
+                        f"and 0 (or False) for padding, got {type(attention_mask).__name__}.")
+    if attention_mask.is_floating_point() or attention_mask.is_complex():
+        raise TypeError(
+            f"attention_mask must be boolean or integer (1 for a real token, 0 for padding), got "
+            f"{attention_mask.dtype}. This is the padding mask of transformers' generate, not a mask added "
+            "to the scores: pass attention_mask.bool() of the 1/0 mask, or (additive_mask == 0) of an "
+            "additive one.")
+    if tuple(attention_mask.shape) != (batch, num_keys):
+        raise ValueError(f"attention_mask must have shape {shape}, one entry per position a query may read, "
+                         f"got {tuple(attention_mask.shape)}. With a cache, it covers the cached positions too.")
+    if attention_mask.device != device:
+        raise ValueError(f"attention_mask is on {attention_mask.device} but x is on {device}: move it with "
+                         f"attention_mask.to({str(device)!r}).")
+    if attention_mask.dtype != torch.bool and not ((attention_mask == 0) | (attention_mask == 1)).all():
+        raise ValueError(f"attention_mask must hold 0 and 1 only (1 for a real token, 0 for padding), got "
+                         f"values {sorted(set(attention_mask.unique().tolist()))[:6]}.")
+    return attention_mask.bool()
+
+
+def with_padding(causal: torch.Tensor, attention_mask: torch.Tensor | None, batch: int) -> torch.Tensor:
+    """The causal mask ``(T, S)`` combined with a padding mask ``(B, S)``: ``True`` where forbidden.
+
+    Without ``attention_mask`` the causal mask comes back as it is. With one, a key position that is
+    padding is forbidden to every query as well, giving a ``(B, 1, T, S)`` mask that broadcasts over
+    the heads. A query that is itself padding, at the start of a left-padded sequence, may then see
+    no key at all: its scores would all be ``-inf`` and its softmax ``NaN``, which would spread to
+    every later layer. Such a row is left unmasked instead (its output is padding, read by nobody),
+    as transformers' ``_unmask_unattended`` does for PyTorch's fused kernel.
+
+    Example:
+        >>> padding = torch.tensor([[0, 1, 1]])  # one sequence, left-padded by one token
+        >>> with_padding(causal_mask(3), padding, batch=1)[0, 0].int()
+        tensor([[0, 0, 0],
+                [1, 0, 1],
+                [1, 0, 0]], dtype=torch.int32)
+    """
+    if attention_mask is None:
+        return causal
+    real = validate_attention_mask(attention_mask, batch, causal.shape[-1], causal.device)
+    mask = causal | ~real[:, None, None, :]  # (B, 1, T, S)
+    return mask & ~mask.all(dim=-1, keepdim=True)  # no row without a visible key

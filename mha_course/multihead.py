@@ -13,7 +13,7 @@ from torch import nn
 
 from ._validation import validate_attention_args, validate_input
 from .heads import captured_attention_weights, merge_heads, score_dtype, split_heads
-from .masking import register_causal_mask
+from .masking import register_causal_mask, with_padding
 from .wrapper import MultiHeadAttentionWrapper
 
 
@@ -33,7 +33,9 @@ class MultiHeadAttention(nn.Module):
     Shapes:
         input ``(batch, num_tokens, d_in)`` -> output ``(batch, num_tokens, d_out)``; inside
         ``forward``, queries, keys and values are ``(batch, num_heads, num_tokens, head_dim)``
-        (see :func:`split_heads`).
+        (see :func:`split_heads`). ``forward(x, attention_mask)`` takes an optional padding mask
+        ``(batch, num_tokens)``, 1 (or ``True``) for real tokens and 0 for padding: padded keys are
+        hidden from every query (:func:`with_padding`).
 
     Attributes:
         head_dim: ``d_out // num_heads``, the width of one head.
@@ -74,7 +76,7 @@ class MultiHeadAttention(nn.Module):
         self.dropout = nn.Dropout(args.dropout)
         register_causal_mask(self, self.context_length)  # self.mask
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attention_mask=None) -> torch.Tensor:
         """(B, T, d_in) -> (B, T, d_out): all heads, merged and projected."""
         validate_input(x, self.d_in, self.context_length,
                        like=self.W_query.weight)
@@ -92,6 +94,7 @@ class MultiHeadAttention(nn.Module):
         # One mask for every head and every sequence, by broadcasting; filled
         # in place, since the fresh score tensor is not needed unmasked.
         mask = self.mask[:num_tokens, :num_tokens]  # (T, T)
+        mask = with_padding(mask, attention_mask, len(x))  # (B, 1, T, T)
         scores.masked_fill_(mask, float("-inf"))
         weights = torch.softmax(scores, dim=-1).to(values.dtype)
         context = self.dropout(weights) @ values  # (B, h, T, d_h)
