@@ -153,6 +153,7 @@ def with_padding(causal: torch.Tensor, attention_mask: torch.Tensor | None, batc
     """
     if attention_mask is None:
         return causal
-    real = validate_attention_mask(attention_mask, batch, causal.shape[-1], causal.device)
+    real = validate_attention_mask(attention_mask, batch, causal.shape[-1],
+                                   causal.device)  # (B, S), True: real
     mask = causal | ~real[:, None, None, :]  # (B, 1, T, S)
     return mask & ~mask.all(dim=-1, keepdim=True)  # no row without a visible key

@@ -105,16 +105,21 @@ class RotaryEmbedding(nn.Module):
         angles = torch.cat((angles, angles), dim=-1)  # (B, T, d_h): pair i is i, i + d_h/2
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
-    def forward(self, queries: torch.Tensor, keys: torch.Tensor, start: int,
-                position_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotate ``(B, heads, T, d_h)`` queries and keys; positions ``start + arange(T)`` by default."""
+    def forward(self, queries, keys, start: int, position_ids=None):
+        """Rotate queries ``(B, h, T, d_h)`` and keys ``(B, g, T, d_h)``.
+
+        Positions are ``position_ids`` ``(B, T)``, by default ``start + arange(T)``.
+        """
         batch, _, num_new, _ = queries.shape
-        if position_ids is None:
-            position_ids = torch.arange(start, start + num_new, device=queries.device).expand(batch, -1)
+        if position_ids is None:  # the new tokens follow the start cached ones
+            position_ids = torch.arange(start, start + num_new,
+                                        device=queries.device).expand(batch, -1)
         else:
             validate_positions(position_ids, batch, num_new, queries)
-        cos, sin = (t.unsqueeze(1) for t in self.cos_sin(position_ids, queries.dtype))  # (B, 1, T, d_h)
-        return queries * cos + rotate_half(queries) * sin, keys * cos + rotate_half(keys) * sin
+        cos, sin = self.cos_sin(position_ids, queries.dtype)  # (B, T, d_h)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, T, d_h): all heads
+        return (queries * cos + rotate_half(queries) * sin,
+                keys * cos + rotate_half(keys) * sin)
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, rope_theta={self.rope_theta:g}"
