@@ -195,3 +195,20 @@ def test_a_mask_on_another_device_is_refused():
     with pytest.raises(ValueError, match=r"attention_mask is on meta but x is on cpu.*attention_mask\.to\('cpu'\)"):
         MODULES["multihead"]()(torch.randn(1, 2, D_IN), attention_mask=torch.ones(1, 2, device="meta"
                                                                                    ).long())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device; none is present")
+@pytest.mark.parametrize("kind", sorted(MODULES))
+def test_on_the_gpu_padded_batches_agree_and_stay_finite(kind):
+    """PyTorch's fused kernels on a GPU take the boolean mask too; a row with no key stays finite."""
+    torch.manual_seed(0)
+    module = MODULES[kind]().eval().cuda()
+    sequences = [s.cuda() for s in _sequences()]
+    x, real = _pad([s.cpu() for s in sequences], "left")
+    x, real = x.cuda(), real.cuda()
+    with torch.no_grad():
+        out = _call(module, x, real)
+        assert torch.isfinite(out).all()
+        for i, s in enumerate(sequences):
+            torch.testing.assert_close(out[i][real[i].bool()], module(s[None])[0], **TOL)
