@@ -81,14 +81,16 @@ def generate(model: TinyDecoder, prompts, num_new: int) -> tuple[list[list[int]]
     """
     ids, mask = left_pad(prompts)
     caches = [KVCache() for _ in model.layers]
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, T): 0 at each first real token
-    logits = model(ids, caches, attention_mask=mask, position_ids=positions)[:, -1]  # (B, vocab)
+    # positions from each prompt's first real token: 0, 1, ... (0 on padding)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, T)
+    logits = model(ids, caches, mask, positions)[:, -1]  # (B, vocab)
     new, steps = [], []
     for _ in range(num_new):
         steps.append(logits)
         token = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
         new.append(token)
-        mask = torch.cat([mask, torch.ones_like(token)], dim=1)  # the new token is real
-        positions = mask.sum(-1, keepdim=True) - 1  # (B, 1): one past the last real token
-        logits = model(token, caches, attention_mask=mask, position_ids=positions)[:, -1]
+        # the new token is real, one position past each sequence's last
+        mask = torch.cat([mask, torch.ones_like(token)], dim=1)
+        positions = mask.sum(-1, keepdim=True) - 1  # (B, 1)
+        logits = model(token, caches, mask, positions)[:, -1]
     return torch.cat(new, dim=1).tolist(), torch.stack(steps, dim=1)

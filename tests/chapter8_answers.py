@@ -152,119 +152,10 @@ def _by_the_package(attention, mha):
     return mha.load_state_dict(mha_course.from_gpt2_attention(attention).state_dict())
 
 
-# ----------------------------------------------------------------------------------------------
-# 8.2
-
-
-def _turn(x, start, rope_theta, *, sign=1, interleaved=False, offset=True):
-    d, t = x.shape[-1], x.shape[-2]
-    freqs = 1.0 / rope_theta ** (torch.arange(0, d, 2).float() / d)  # (d/2,)
-    positions = torch.arange(t).float() + (start if offset else 0)
-    angles = positions[:, None] * freqs  # (T, d/2)
-    if interleaved:
-        a, b = x[..., 0::2], x[..., 1::2]
-        return torch.stack((a * angles.cos() - b * sign * angles.sin(),
-                            a * sign * angles.sin() + b * angles.cos()), dim=-1).flatten(-2)
-    cos, sin = torch.cat((angles, angles), -1).cos(), sign * torch.cat((angles, angles), -1).sin()
-    x1, x2 = x[..., :d // 2], x[..., d // 2:]
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
-
-
-def rotate_by_position(queries, keys, values, start, rope_theta):
-    return _turn(queries, start, rope_theta), _turn(keys, start, rope_theta), values
-
-
-def _rotate_pairs_by_hand(queries, keys, values, start, rope_theta):  # also correct: pair by pair
-    def turn(x):
-        d = x.shape[-1]
-        out = x.clone()
-        for t in range(x.shape[-2]):
-            for i in range(d // 2):
-                angle = torch.tensor((start + t) * rope_theta ** (-2 * i / d))
-                a, b = x[..., t, i], x[..., t, i + d // 2]
-                out[..., t, i] = a * angle.cos() - b * angle.sin()
-                out[..., t, i + d // 2] = a * angle.sin() + b * angle.cos()
-        return out
-    return turn(queries), turn(keys), values
-
-
-def _rotate_complex(queries, keys, values, start, rope_theta):  # also correct: as complex numbers
-    def turn(x):
-        d = x.shape[-1]
-        freqs = 1.0 / rope_theta ** (torch.arange(0, d, 2).float() / d)
-        angles = torch.arange(start, start + x.shape[-2]).float()[:, None] * freqs
-        z = torch.complex(x[..., :d // 2], x[..., d // 2:]) * torch.polar(torch.ones_like(angles), angles)
-        return torch.cat((z.real, z.imag), dim=-1)
-    return turn(queries), turn(keys), values
-
-
-def _rotate_with(**how):
-    return lambda q, k, v, start, theta: (_turn(q, start, theta, **how), _turn(k, start, theta, **how), v)
-
-
-def _values_rotated(queries, keys, values, start, rope_theta):
-    return tuple(_turn(t, start, rope_theta) for t in (queries, keys, values))
-
-
-def _rotate_by_the_package(queries, keys, values, start, rope_theta):
-    q, k = mha_course.RotaryEmbedding(queries.shape[-1], rope_theta)(queries, keys, start)
-    return q, k, values
-
-
-# ----------------------------------------------------------------------------------------------
-# 8.3
-
-
-def padded_attention(queries, keys, values, attention_mask):
-    t = queries.shape[-2]
-    causal = torch.ones(t, t, dtype=torch.bool).triu(1)  # True: a future key
-    hidden = causal | (attention_mask == 0)[:, None, None, :]  # (B, 1, T, T): padded keys too
-    hidden = hidden & ~hidden.all(dim=-1, keepdim=True)  # a row that sees nothing: see all instead
-    scores = queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5
-    weights = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1)
-    return weights @ values
-
-
-def _padded_with_finfo_min(queries, keys, values, attention_mask):  # also correct: transformers' way
-    t = queries.shape[-2]
-    hidden = torch.ones(t, t, dtype=torch.bool).triu(1) | ~attention_mask.bool()[:, None, None, :]
-    scores = queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5
-    scores = scores.masked_fill(hidden, torch.finfo(scores.dtype).min)
-    return torch.softmax(scores, dim=-1) @ values
-
-
-def _padded_masking_queries(queries, keys, values, attention_mask):
-    t = queries.shape[-2]
-    hidden = torch.ones(t, t, dtype=torch.bool).triu(1) | (attention_mask == 0)[:, None, :, None]
-    hidden = hidden & ~hidden.all(dim=-1, keepdim=True)
-    scores = queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5
-    return torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1) @ values
-
-
-def _padded_causal_only(queries, keys, values, attention_mask):
-    t = queries.shape[-2]
-    scores = queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5
-    return torch.softmax(scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf")), -1) @ values
-
-
-def _padded_nan_rows(queries, keys, values, attention_mask):
-    t = queries.shape[-2]
-    hidden = torch.ones(t, t, dtype=torch.bool).triu(1) | (attention_mask == 0)[:, None, None, :]
-    scores = queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5
-    return torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1) @ values
-
-
-def _padded_by_the_package(queries, keys, values, attention_mask):
-    mask = mha_course.with_padding(mha_course.causal_mask(queries.shape[-2]), attention_mask, len(queries))
-    scores = queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5
-    return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ values
-
-
-CORRECT = {"8.1": copy_gpt2_weights, "8.2": rotate_by_position, "8.3": padded_attention}
+CORRECT = {"8.1": copy_gpt2_weights}
 
 #: More correct answers, written differently.
-ALSO_CORRECT = {"8.1": [_by_split, _by_state_dict], "8.2": [_rotate_pairs_by_hand, _rotate_complex],
-                "8.3": [_padded_with_finfo_min]}
+ALSO_CORRECT = {"8.1": [_by_split, _by_state_dict]}
 
 WRONG = {
     ("8.1", "needs-no-grad"): _with(no_grad=False),
@@ -282,13 +173,6 @@ WRONG = {
     ("8.1", "frozen"): _frozen,
     ("8.1", "no-return"): _no_return,
     ("8.1", "forward-replaced"): _forward_replaced,
-    ("8.2", "sign"): _rotate_with(sign=-1),
-    ("8.2", "interleaved"): _rotate_with(interleaved=True),
-    ("8.2", "no-offset"): _rotate_with(offset=False),
-    ("8.2", "values-rotated"): _values_rotated,
-    ("8.3", "masked-queries"): _padded_masking_queries,
-    ("8.3", "no-padding-mask"): _padded_causal_only,
-    ("8.3", "nan-rows"): _padded_nan_rows,
 }
 
 #: Answers that give GPT-2's output without what the exercise asks: each must fail (not caught as a
@@ -300,6 +184,4 @@ TRICKS = {"class-swapped": _class_swapped, "copied-and-forward-replaced": _copie
 BY_THE_PACKAGE = {
     "8.1 is from_gpt2_attention": ("8.1", mha_course.from_gpt2_attention, "mha_course's own from_gpt2_attention"),
     "8.1 loads from_gpt2_attention": ("8.1", _by_the_package, "mha_course's own from_gpt2_attention"),
-    "8.2 calls RotaryEmbedding": ("8.2", _rotate_by_the_package, "mha_course's own RotaryEmbedding"),
-    "8.3 calls with_padding": ("8.3", _padded_by_the_package, "mha_course's own with_padding"),
 }

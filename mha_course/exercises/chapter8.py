@@ -1,5 +1,4 @@
-"""The exercises of chapter 8, reading production attention: GPT-2's weights in the course's module
-(8.1, here), Llama's rotation and a padded batch (8.2 and 8.3, in :mod:`.positions`).
+"""The exercise of chapter 8, reading production attention: GPT-2's weights in the course's module.
 
 8.1 asks for ``copy_gpt2_weights(attention, mha)``: copy a transformers ``GPT2Attention``'s
 weights into a :class:`MultiHeadAttention` of the same size so that both compute the same function.
@@ -20,7 +19,6 @@ from ..masking import causal_mask
 from ..multihead import MultiHeadAttention
 from ..transformers_interop import from_gpt2_attention
 from .framework import Check, Exercise, Mistake
-from .positions import PADDED, ROTATE
 from .probes import batch, draw, generator, state_of
 from .records import (Failed, Recorder, describe, expect_close, format_values, plain, raised, same, seed_of,
                       value_of)
@@ -331,7 +329,7 @@ MAPPING = Exercise(
     shortcuts=package(from_gpt2_attention, why="This is the package's own conversion: write the mapping yourself."),
 )
 
-EXERCISES = (MAPPING, ROTATE, PADDED)  # 8.2 and 8.3 live in positions.py
+EXERCISES = (MAPPING,)
 
 __all__ = ["EXERCISES", "mapping_cases", "gpt2_layer", "course_module", "gpt2_output", "mapping_variant"]
 

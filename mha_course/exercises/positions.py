@@ -1,16 +1,16 @@
-"""Exercises 8.2 and 8.3 of chapter 8: Llama's rotation of queries and keys, and a padded batch.
+"""Exercises 9.1 and 9.2 of chapter 9: Llama's rotation of queries and keys, and a padded batch.
 
-8.2 asks for ``rotate_by_position(queries, keys, values, start, rope_theta)``: the three tensors as
+9.1 asks for ``rotate_by_position(queries, keys, values, start, rope_theta)``: the three tensors as
 Llama's layer uses them, queries and keys turned by their positions ``start, start + 1, ...``
 (half-split pairs), values as they are. The reference is the package's
 :class:`~mha_course.RotaryEmbedding`.
 
-8.3 asks for ``padded_attention(queries, keys, values, attention_mask)``: causal attention over a
+9.2 asks for ``padded_attention(queries, keys, values, attention_mask)``: causal attention over a
 padded batch, where ``attention_mask`` is 1 for real tokens and 0 for padding. The reference is the
 package's :func:`~mha_course.with_padding`; each real token must get what its sequence gives alone,
 and no output may be NaN.
 
-chapter8 lists both in its ``EXERCISES``.
+chapter9 lists both in its ``EXERCISES``.
 """
 
 from __future__ import annotations
@@ -26,18 +26,18 @@ from .records import Failed, Recorder, describe, expect_close, format_shape, pla
 from .shortcuts import package, report_runs
 
 # ----------------------------------------------------------------------------------------------
-# 8.2 Rotate queries and keys by position
+# 9.1 Rotate queries and keys by position
 
 ROTATE_CASES = ("readable", "cached", "grouped")
 
 
 def rotate_case(seed: int, key: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, float]:
-    """``(queries, keys, values, start, rope_theta)`` of one case of 8.2, drawn from ``seed``.
+    """``(queries, keys, values, start, rope_theta)`` of one case of 9.1, drawn from ``seed``.
 
     ``readable``: one sequence, one head of width 4, two tokens from position 0; ``cached``: the
     tokens that follow ``start`` cached ones; ``grouped``: more query heads than key/value heads.
     """
-    draw, g = chooser(seed, f"8.2 {key}"), generator(seed, f"8.2 {key}")
+    draw, g = chooser(seed, f"9.1 {key}"), generator(seed, f"9.1 {key}")
     if key == "readable":
         batch, heads, groups, tokens, head_dim, start, theta = 1, 1, 1, 2, 4, 0, 100.0
     elif key == "cached":
@@ -128,7 +128,7 @@ def _rotation_like(keys=("readable", "cached"), **how):
 _VALUES = "values come back as they are"
 
 ROTATE = Exercise(
-    id="8.2",
+    id="9.1",
     title="rotate queries and keys by position",
     answer_name="rotate_by_position",
     signature="rotate_by_position(queries, keys, values, start, rope_theta)",
@@ -163,15 +163,15 @@ ROTATE = Exercise(
 )
 
 # ----------------------------------------------------------------------------------------------
-# 8.3 Attention over a padded batch
+# 9.2 Attention over a padded batch
 
 PAD_CASES = ("left", "right")
 
 
 def pad_case(seed: int, key: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(queries, keys, values, attention_mask)`` of one case of 8.3, drawn from ``seed``: three
+    """``(queries, keys, values, attention_mask)`` of one case of 9.2, drawn from ``seed``: three
     sequences of different lengths padded on the ``key`` side (one of them padding only on "left")."""
-    draw, g = chooser(seed, f"8.3 {key}"), generator(seed, f"8.3 {key}")
+    draw, g = chooser(seed, f"9.2 {key}"), generator(seed, f"9.2 {key}")
     tokens, heads, head_dim = draw.randint(4, 6), draw.randint(1, 2), draw.choice([2, 3])
     lengths = [tokens, draw.randint(1, tokens - 1), 0 if key == "left" else draw.randint(1, tokens - 1)]
     real = torch.zeros(len(lengths), tokens, dtype=torch.long)
@@ -193,7 +193,7 @@ def reference_padded(queries, keys, values, attention_mask):
 
 def padded_variant(queries, keys, values, attention_mask, *, on_queries: bool = False, guard: bool = True,
                    padding: bool = True):
-    """8.3 written with a chosen mistake; the defaults give the right answer."""
+    """9.2 written with a chosen mistake; the defaults give the right answer."""
     real = attention_mask.bool()
     mask = causal_mask(queries.shape[2]).expand(len(queries), 1, -1, -1)
     if padding:
@@ -275,7 +275,7 @@ def _nan_rows(record) -> bool:
 _FINITE = "no NaN, not even for a token that sees only padding"
 
 PADDED = Exercise(
-    id="8.3",
+    id="9.2",
     title="attention over a padded batch",
     answer_name="padded_attention",
     signature="padded_attention(queries, keys, values, attention_mask)",
