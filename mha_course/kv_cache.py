@@ -61,7 +61,9 @@ class KVCache:
     def __deepcopy__(self, memo: dict) -> KVCache:
         """A copy that owns copies of the keys and values, for the same layer.
 
-        Keys computed with gradients on are not leaves of the autograd graph, which PyTorch refuses
+        When the layer is copied in the same deep copy, and before the cache (a model that holds its
+        layers and then its caches, or ``copy.deepcopy((layer, cache))``), the copy serves the
+        layer's copy instead. Keys computed with gradients on are not leaves of the autograd graph, which PyTorch refuses
         to deep-copy; the copy holds them detached (the same numbers, no history), as a cache used
         for generation needs.
 

@@ -76,6 +76,7 @@ class RotaryEmbedding(nn.Module):
     Attributes:
         inv_freq: ``(head_dim / 2,)`` float32 buffer, the angle per position of each pair; saved in
             the state dict, so frequencies set by a conversion (Llama 3's scaled ones) survive a reload.
+            It moves with the module but stays float32 when the module turns to half precision.
 
     Example:
         >>> rotary = RotaryEmbedding(head_dim=4, rope_theta=10000.0)
@@ -120,6 +121,14 @@ class RotaryEmbedding(nn.Module):
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, T, d_h): all heads
         return (queries * cos + rotate_half(queries) * sin,
                 keys * cos + rotate_half(keys) * sin)
+
+    def _apply(self, fn, recurse=True):
+        """Move with the module (``.to``, ``.cuda``, ``.half``) but keep the frequencies in float32:
+        rounded to bfloat16, the angle of position 1000 would be off by radians."""
+        frequencies = self.inv_freq
+        super()._apply(fn, recurse)
+        self.inv_freq = frequencies.to(device=self.inv_freq.device)
+        return self
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, rope_theta={self.rope_theta:g}"

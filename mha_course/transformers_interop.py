@@ -231,7 +231,7 @@ def from_llama_attention(attention, context_length: int | None = None) -> Groupe
         num_heads, config.num_key_value_heads,
         qkv_bias=q_proj.bias is not None, rope_theta=rope_theta,
     )
-    gqa.rotary.inv_freq.copy_(inv_freq)  # float32 still: the frequencies exactly as Llama's
+    gqa.rotary.inv_freq.copy_(inv_freq)  # float32, as Llama's, in any dtype
     gqa = gqa.to(device=q_proj.weight.device, dtype=q_proj.weight.dtype)
     pairs = ((gqa.W_query, q_proj), (gqa.W_key, attention.k_proj),
              (gqa.W_value, attention.v_proj), (gqa.out_proj, attention.o_proj))

@@ -119,3 +119,16 @@ def test_wrong_position_ids_are_refused_naming_the_parameter(position_ids, error
     gqa = GroupedQueryAttention(4, 8, 6, 0.0, num_heads=2, num_kv_groups=1, rope_theta=1e4)
     with pytest.raises(error, match=message):
         gqa(torch.randn(1, 3, 4), position_ids=position_ids)
+
+
+def test_the_frequencies_stay_float32_when_the_module_turns_to_half_precision():
+    gqa = GroupedQueryAttention(8, 16, 1024, 0.0, num_heads=2, num_kv_groups=1, rope_theta=1e4)
+    before = gqa.rotary.inv_freq.clone()
+    gqa = gqa.to(torch.bfloat16)
+    assert gqa.W_query.weight.dtype == torch.bfloat16
+    assert gqa.rotary.inv_freq.dtype == torch.float32 and torch.equal(gqa.rotary.inv_freq, before)
+    q = torch.ones(1, 1, 1, 8, dtype=torch.bfloat16)
+    turned, _ = gqa.rotary(q, q, start=1000)  # the angle of pair 0 is 1000 rad, computed in float32
+    expected = torch.tensor(1000.0).cos() - torch.tensor(1000.0).sin()
+    assert turned.dtype == torch.bfloat16 and abs(float(turned[0, 0, 0, 0]) - float(expected)) < 0.02
+    assert gqa.to("meta").rotary.inv_freq.device.type == "meta"
