@@ -17,8 +17,8 @@ import mha_course
 
 def _turn(x, start, rope_theta, *, sign=1, interleaved=False, offset=True):
     d, t = x.shape[-1], x.shape[-2]
-    freqs = 1.0 / rope_theta ** (torch.arange(0, d, 2).float() / d)  # (d/2,)
-    positions = torch.arange(t).float() + (start if offset else 0)
+    freqs = 1.0 / rope_theta ** (torch.arange(0, d, 2, device=x.device).float() / d)  # (d/2,)
+    positions = torch.arange(t, device=x.device).float() + (start if offset else 0)
     angles = positions[:, None] * freqs  # (T, d/2)
     if interleaved:
         a, b = x[..., 0::2], x[..., 1::2]
@@ -50,8 +50,8 @@ def _rotate_pairs_by_hand(queries, keys, values, start, rope_theta):  # also cor
 def _rotate_complex(queries, keys, values, start, rope_theta):  # also correct: as complex numbers
     def turn(x):
         d = x.shape[-1]
-        freqs = 1.0 / rope_theta ** (torch.arange(0, d, 2).float() / d)
-        angles = torch.arange(start, start + x.shape[-2]).float()[:, None] * freqs
+        freqs = 1.0 / rope_theta ** (torch.arange(0, d, 2, device=x.device).float() / d)
+        angles = torch.arange(start, start + x.shape[-2], device=x.device).float()[:, None] * freqs
         z = torch.complex(x[..., :d // 2], x[..., d // 2:]) * torch.polar(torch.ones_like(angles), angles)
         return torch.cat((z.real, z.imag), dim=-1)
     return turn(queries), turn(keys), values
@@ -76,7 +76,7 @@ def _rotate_by_the_package(queries, keys, values, start, rope_theta):
 
 def padded_attention(queries, keys, values, attention_mask):
     t = queries.shape[-2]
-    causal = torch.ones(t, t, dtype=torch.bool).triu(1)  # True: a future key
+    causal = torch.ones(t, t, dtype=torch.bool, device=queries.device).triu(1)  # True: a future key
     hidden = causal | (attention_mask == 0)[:, None, None, :]  # (B, 1, T, T): padded keys too
     hidden = hidden & ~hidden.all(dim=-1, keepdim=True)  # a row that sees nothing: see all instead
     scores = queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5
@@ -86,7 +86,7 @@ def padded_attention(queries, keys, values, attention_mask):
 
 def _padded_with_finfo_min(queries, keys, values, attention_mask):  # also correct: transformers' way
     t = queries.shape[-2]
-    hidden = torch.ones(t, t, dtype=torch.bool).triu(1) | ~attention_mask.bool()[:, None, None, :]
+    hidden = torch.ones(t, t, dtype=torch.bool, device=queries.device).triu(1) | ~attention_mask.bool()[:, None, None, :]
     scores = queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5
     scores = scores.masked_fill(hidden, torch.finfo(scores.dtype).min)
     return torch.softmax(scores, dim=-1) @ values
@@ -94,7 +94,7 @@ def _padded_with_finfo_min(queries, keys, values, attention_mask):  # also corre
 
 def _padded_masking_queries(queries, keys, values, attention_mask):
     t = queries.shape[-2]
-    hidden = torch.ones(t, t, dtype=torch.bool).triu(1) | (attention_mask == 0)[:, None, :, None]
+    hidden = torch.ones(t, t, dtype=torch.bool, device=queries.device).triu(1) | (attention_mask == 0)[:, None, :, None]
     hidden = hidden & ~hidden.all(dim=-1, keepdim=True)
     scores = queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5
     return torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1) @ values
@@ -103,12 +103,12 @@ def _padded_masking_queries(queries, keys, values, attention_mask):
 def _padded_causal_only(queries, keys, values, attention_mask):
     t = queries.shape[-2]
     scores = queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5
-    return torch.softmax(scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf")), -1) @ values
+    return torch.softmax(scores.masked_fill(torch.ones(t, t, dtype=torch.bool, device=queries.device).triu(1), float("-inf")), -1) @ values
 
 
 def _padded_nan_rows(queries, keys, values, attention_mask):
     t = queries.shape[-2]
-    hidden = torch.ones(t, t, dtype=torch.bool).triu(1) | (attention_mask == 0)[:, None, None, :]
+    hidden = torch.ones(t, t, dtype=torch.bool, device=queries.device).triu(1) | (attention_mask == 0)[:, None, None, :]
     scores = queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5
     return torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1) @ values
 

@@ -21,7 +21,7 @@ from ..grouped_query import GroupedQueryAttention
 from ..masking import causal_mask, with_padding
 from ..rotary import RotaryEmbedding, inverse_frequencies, rotate_half
 from .framework import Check, Exercise, Mistake
-from .probes import chooser, generator
+from .probes import chooser, device_check, generator, probe_on_devices
 from .records import Failed, Recorder, describe, expect_close, format_shape, plain, same, seed_of, value_of
 from .shortcuts import package, report_runs
 
@@ -87,6 +87,9 @@ def reference_rotation(queries, keys, values, start, rope_theta):
 def _probe_rotate(rotate_by_position, rec: Recorder) -> None:
     for key in ROTATE_CASES:
         rec.call(key, rotate_by_position, *rotate_case(rec.seed, key))
+    queries, keys, values, start, theta = rotate_case(rec.seed, "cached")
+    probe_on_devices(rec, "on", lambda device: rotate_by_position(
+        queries.to(device), keys.to(device), values.to(device), start, theta)[0])
 
 
 def _three(record, key: str) -> list[torch.Tensor]:
@@ -139,6 +142,7 @@ ROTATE = Exercise(
         Check(_VALUES, _rotate_check("readable", (2,))),
         Check("after a cache: positions start, start + 1, ...", _rotate_check("cached")),
         Check("more query heads than key/value heads, other widths", _rotate_check("grouped")),
+        Check("queries on the inputs' device", device_check("on", "rotate_by_position(...)[0]")),
     ),
     mistakes=(
         Mistake("sign",
@@ -207,6 +211,8 @@ def padded_variant(queries, keys, values, attention_mask, *, on_queries: bool = 
 def _probe_padded(padded_attention, rec: Recorder) -> None:
     for key in PAD_CASES:
         rec.call(key, padded_attention, *pad_case(rec.seed, key))
+    case = pad_case(rec.seed, "left")
+    probe_on_devices(rec, "on", lambda device: padded_attention(*(t.to(device) for t in case)))
 
 
 def _describe_padded(seed: int, key: str) -> str:
@@ -285,6 +291,7 @@ PADDED = Exercise(
         Check("left padding: each real token as its sequence alone", _real_tokens_check("left")),
         Check("right padding too", _real_tokens_check("right")),
         Check(_FINITE, _finite),
+        Check("output on the inputs' device", device_check("on", "padded_attention")),
     ),
     mistakes=(
         Mistake("masked-queries",
