@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._validation import validate_non_negative_int
+from ._validation import validate_attention_mask, validate_non_negative_int
 
 
 def causal_mask(num_tokens: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -104,34 +104,6 @@ def register_causal_mask(module: torch.nn.Module, context_length: int) -> None:
     """
     module.register_buffer("mask", causal_mask(context_length))
     module.register_load_state_dict_pre_hook(validate_loaded_mask)
-
-
-def validate_attention_mask(attention_mask, batch: int, num_keys: int, device: torch.device) -> torch.Tensor:
-    """Check a padding mask and return it as booleans, ``True`` for the real tokens.
-
-    ``attention_mask`` must be ``(batch, num_keys)``, one entry per position a query may read (the
-    cached ones and the new ones), boolean or integer 0/1, on ``device``.
-    """
-    shape = f"(batch, cached + new positions) = ({batch}, {num_keys})"
-    if not isinstance(attention_mask, torch.Tensor):
-        raise TypeError(f"attention_mask must be a torch.Tensor of shape {shape}, 1 (or True) for a real token "
-                        f"and 0 (or False) for padding, got {type(attention_mask).__name__}.")
-    if attention_mask.is_floating_point() or attention_mask.is_complex():
-        raise TypeError(
-            f"attention_mask must be boolean or integer (1 for a real token, 0 for padding), got "
-            f"{attention_mask.dtype}. This is the padding mask of transformers' generate, not a mask added "
-            "to the scores: pass attention_mask.bool() of the 1/0 mask, or (additive_mask == 0) of an "
-            "additive one.")
-    if tuple(attention_mask.shape) != (batch, num_keys):
-        raise ValueError(f"attention_mask must have shape {shape}, one entry per position a query may read, "
-                         f"got {tuple(attention_mask.shape)}. With a cache, it covers the cached positions too.")
-    if attention_mask.device != device:
-        raise ValueError(f"attention_mask is on {attention_mask.device} but x is on {device}: move it with "
-                         f"attention_mask.to({str(device)!r}).")
-    if attention_mask.dtype != torch.bool and not ((attention_mask == 0) | (attention_mask == 1)).all():
-        raise ValueError(f"attention_mask must hold 0 and 1 only (1 for a real token, 0 for padding), got "
-                         f"values {sorted(set(attention_mask.unique().tolist()))[:6]}.")
-    return attention_mask.bool()
 
 
 def with_padding(causal: torch.Tensor, attention_mask: torch.Tensor | None, batch: int) -> torch.Tensor:

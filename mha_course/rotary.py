@@ -125,9 +125,8 @@ class RotaryEmbedding(nn.Module):
     def _apply(self, fn, recurse=True):
         """Move with the module (``.to``, ``.cuda``, ``.half``) but keep the frequencies in float32:
         rounded to bfloat16, the angle of position 1000 would be off by radians."""
-        frequencies = self.inv_freq
-        super()._apply(fn, recurse)
-        self.inv_freq = frequencies.to(device=self.inv_freq.device)
+        # the module holds this one tensor: follow fn's device, keep the dtype
+        self.inv_freq = self.inv_freq.to(device=fn(self.inv_freq).device)
         return self
 
     def extra_repr(self) -> str:

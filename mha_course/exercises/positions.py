@@ -23,7 +23,7 @@ from ..rotary import RotaryEmbedding, inverse_frequencies, rotate_half
 from .framework import Check, Exercise, Mistake
 from .probes import chooser, device_check, generator, probe_on_devices
 from .records import Failed, Recorder, describe, expect_close, format_shape, plain, same, seed_of, value_of
-from .shortcuts import package, report_runs
+from .shortcuts import package
 
 # ----------------------------------------------------------------------------------------------
 # 9.1 Rotate queries and keys by position
@@ -316,5 +316,3 @@ PADDED = Exercise(
 
 __all__ = ["ROTATE", "PADDED", "rotate_case", "rotation_variant", "reference_rotation", "pad_case",
            "reference_padded", "padded_variant"]
-
-report_runs(__name__)  # the checks' own functions report when they run (see shortcuts)
