@@ -30,6 +30,31 @@ def explicit_attention(queries, keys, values):
     return torch.softmax(scores, dim=-1) @ values  # (B, h, T, d_h)
 
 
+def saved_tensor_bytes(call) -> int:
+    """What autograd keeps for the backward of ``call()``: the bytes of every distinct storage it saves.
+
+    Seen through ``torch.autograd.graph.saved_tensors_hooks``, which is handed every tensor an
+    operation saves for its backward (a custom ``autograd.Function``'s ``save_for_backward``
+    included); a storage saved twice, or by two views, counts once.
+
+    Example:
+        >>> x = torch.ones(256, requires_grad=True)  # 1 KiB of float32
+        >>> saved_tensor_bytes(lambda: (x * x).exp())  # x (once), and exp's output
+        2048
+    """
+    storages = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        output = call()  # kept until the sum: the storages it saved stay alive, their addresses distinct
+    del output
+    return sum(storages.values())
+
+
 def tiled_inputs(config: BenchConfig, device="cpu", seed: int = 1):
     """Seeded queries, keys and values ``(B, h, T, d_h)`` of one size."""
     g = torch.Generator().manual_seed(seed)

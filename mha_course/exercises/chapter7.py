@@ -1,6 +1,6 @@
 """Exercises of chapter 7, attention without the score matrix: the online-softmax update, the causal tile skip.
 
-The references are the package's: the update inside :func:`mha_course.tiled.tiled_loop` (7.1) and
+The references are the package's: the update inside :class:`mha_course.tiled.TiledAttention` (7.1) and
 :func:`mha_course.tiled.tile_kind` (7.2). An answer that calls :func:`~mha_course.tiled_attention`,
 PyTorch's fused kernel or ``tile_kind`` is refused (see :mod:`~mha_course.exercises.shortcuts`).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..tiled import COMPUTED, CUT, SKIPPED, TiledMultiHeadAttention, tile_kind, tiled_attention, tiled_loop
+from ..tiled import (COMPUTED, CUT, SKIPPED, TiledAttention, TiledMultiHeadAttention, tile_kind, tiled_attention)
 from .framework import Check, Exercise, Mistake
 from .probes import chooser, device_check, generator, probe_on_devices
 from .records import Failed, Recorder, describe, expect_close, format_shape, plain, same, seed_of, value_of
@@ -249,7 +249,7 @@ UPDATE = Exercise(
                 "from the old maximum to a larger new one SHRINKS what was summed: exp(row_max - new_max).",
                 _update_like(rescale="inverted")),
     ),
-    shortcuts=package(tiled_attention, tiled_loop, TiledMultiHeadAttention,
+    shortcuts=package(tiled_attention, TiledAttention, TiledMultiHeadAttention,
                       why="It runs the package's own loop, update included: write the update yourself.")
     + torch_attention("The fused kernel computes attention whole: write the update of one tile yourself."),
 )
