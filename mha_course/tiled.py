@@ -79,22 +79,23 @@ def key_starts(q_start: int, q_stop: int, num_tokens: int, block_size: int, caus
     return range(0, q_stop if causal else num_tokens, block_size)
 
 
-def tile_scores(q: torch.Tensor, keys: torch.Tensor, q_start: int, k_start: int, block_size: int,
-                causal: bool) -> torch.Tensor:
-    """One tile of scaled scores: the queries ``q`` (from position ``q_start``) against the block of
-    ``keys`` from ``k_start``, ``(B, h, T_q, T_k)``, with ``-inf`` where a key comes after its query.
+def tile_scores(q: torch.Tensor, keys: torch.Tensor, q_start: int,
+                k_start: int, block_size: int, causal: bool) -> torch.Tensor:
+    """One tile of scaled scores, ``(B, h, T_q, T_k)``: the queries ``q``
+    (from position ``q_start``) against the block of ``keys`` from
+    ``k_start``, with ``-inf`` where a key comes after its query.
 
     Example:
         >>> q, k = torch.ones(1, 1, 2, 4), torch.ones(1, 1, 6, 4)
-        >>> tile_scores(q, k, 2, 2, 2, causal=True)[0, 0]  # scaled by 4 ** -0.5; key 3 after query 2
+        >>> tile_scores(q, k, 2, 2, 2, causal=True)[0, 0]  # scaled: 4 / 2
         tensor([[2., -inf],
                 [2., 2.]])
     """
     k = keys[:, :, k_start:k_start + block_size]  # (B, h, T_k, d_h)
-    scores = (q @ k.transpose(2, 3)) * q.shape[-1] ** -0.5  # (B, h, T_q, T_k), scaled here
-    if causal and k_start + k.shape[2] - 1 > q_start:  # the diagonal cuts this tile
-        rows = torch.arange(q_start, q_start + q.shape[2], device=q.device)  # (T_q,)
-        cols = torch.arange(k_start, k_start + k.shape[2], device=q.device)  # (T_k,)
+    scores = (q @ k.transpose(2, 3)) * q.shape[-1] ** -0.5  # (B, h, T_q, T_k)
+    if causal and k_start + k.shape[2] - 1 > q_start:  # the diagonal cuts it
+        rows = torch.arange(q_start, q_start + q.shape[2], device=q.device)
+        cols = torch.arange(k_start, k_start + k.shape[2], device=q.device)
         scores = scores.masked_fill(cols > rows[:, None], -torch.inf)
     return scores
 
