@@ -41,7 +41,7 @@ def tiled_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
     Equal, up to rounding, to ``torch.nn.functional.scaled_dot_product_attention(queries, keys,
     values, is_causal=causal)``, gradients included, for any sequence length (a multiple of
     ``block_size`` or not); no tensor of shape ``(T, T)`` is ever built, in the forward pass or in
-    the backward (:class:`TiledAttention`). Half-precision inputs are computed in float32 throughout
+    the backward (``TiledAttention``). Half-precision inputs are computed in float32 throughout
     and the result is returned in their dtype (PyTorch's kernels round the probabilities to the
     half-precision type before the product with the values: this loop is the more accurate).
 
