@@ -6,6 +6,8 @@ learner sees the cause of a mistake in one line rather than a traceback from ins
 
 from __future__ import annotations
 
+import functools
+import inspect
 import numbers
 from typing import NamedTuple
 
@@ -204,3 +206,76 @@ def validate_attention_args(d_in, d_out, context_length, dropout, qkv_bias, num_
     num_kv_groups = num_heads if num_kv_groups is None else validate_kv_groups(num_kv_groups, num_heads)
     return AttentionSizes(d_in, d_out, context_length, validate_dropout(dropout), validate_bool("qkv_bias", qkv_bias),
                           num_heads, head_dim, num_kv_groups)
+
+
+def validated_arguments(d_out: str):
+    """Decorate an attention module's ``__init__`` so that its arguments arrive checked.
+
+    The constructor keeps the course's signature, ``(d_in, d_out, context_length, dropout, num_heads,
+    qkv_bias=False)``; the decorator checks them all with :func:`validate_attention_args` before the
+    constructor's body runs, and hands it the checked values. So the body, which the book lists,
+    holds the module's parts and nothing else. ``d_out`` says what ``d_out`` means in the class, for
+    the messages.
+
+    Example:
+        >>> class Module:
+        ...     @validated_arguments(d_out="the width of all heads")
+        ...     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        ...         self.head_dim = d_out // num_heads
+        >>> Module(3, 4, 6, 0.0, 2).head_dim
+        2
+        >>> Module(3, 5, 6, 0.0, 2)
+        Traceback (most recent call last):
+            ...
+        ValueError: d_out (5) must be divisible by num_heads (2): every head gets head_dim = d_out // num_heads columns. Choose a multiple of num_heads, e.g. d_out=4 or d_out=6, or a num_heads that divides 5.
+    """
+    def decorate(init):
+        signature = inspect.signature(init)
+        hint = f"In {init.__qualname__.split('.')[0]} d_out is {d_out}."
+
+        @functools.wraps(init)
+        def checked_init(self, *args, **kwargs):
+            bound = signature.bind(self, *args, **kwargs)
+            bound.apply_defaults()
+            given = bound.arguments
+            sizes = validate_attention_args(given["d_in"], given["d_out"], given["context_length"],
+                                            given["dropout"], given["qkv_bias"], given["num_heads"],
+                                            d_out_hint=hint)
+            for name in ("d_in", "d_out", "context_length", "dropout", "qkv_bias", "num_heads"):
+                given[name] = getattr(sizes, name)
+            init(*bound.args, **bound.kwargs)
+
+        return checked_init
+
+    return decorate
+
+
+def validated_input(forward):
+    """Decorate an attention module's ``forward`` so that ``x`` is checked before it runs.
+
+    :func:`validate_input` against the module's ``d_in``, ``context_length`` and the dtype and device
+    of its first parameter; any further arguments pass through unchanged. So ``forward``, which the
+    book lists, holds the computation alone.
+
+    Example:
+        >>> class Module(torch.nn.Linear):
+        ...     d_in, context_length = 3, 4
+        ...     @validated_input
+        ...     def forward(self, x):
+        ...         return super().forward(x)
+        >>> Module(3, 2)(torch.rand(1, 4, 3)).shape
+        torch.Size([1, 4, 2])
+        >>> Module(3, 2)(torch.rand(1, 5, 3))
+        Traceback (most recent call last):
+            ...
+        ValueError: x has 5 tokens (x.shape[1]) but the module was built with context_length=4, so its causal mask covers only 4 positions. Build it with context_length>=5, or shorten the input.
+    """
+    @functools.wraps(forward)
+    def checked_forward(self, x, *args, **kwargs):
+        validate_input(x, self.d_in, self.context_length, like=next(self.parameters(), None))
+        return forward(self, x, *args, **kwargs)
+
+    if not forward.__doc__:  # the listed forward has none: say what the call does
+        checked_forward.__doc__ = ("``(batch, num_tokens, d_in) -> (batch, num_tokens, d_out)``, once the "
+                                   "shape, dtype, device and length of ``x`` are checked.")
+    return checked_forward

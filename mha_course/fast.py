@@ -75,8 +75,8 @@ class FastMultiHeadAttention(nn.Module):
         self.num_heads, self.head_dim = args.num_heads, args.head_dim
         self.context_length = args.context_length
         # Rows [0, d_out) compute queries, [d_out, 2*d_out) keys and
-        # [2*d_out, 3*d_out) values; within each block head h owns rows
-        # [h*head_dim, (h+1)*head_dim), as in MultiHeadAttention.
+        # [2*d_out, 3*d_out) values; within each block head m (from 1) owns
+        # rows [(m-1)*head_dim, m*head_dim), as in MultiHeadAttention.
         self.qkv = nn.Linear(self.d_in, 3 * self.d_out, bias=args.qkv_bias)
         self.out_proj = nn.Linear(self.d_out, self.d_out)
         self.dropout = nn.Dropout(args.dropout)

@@ -143,7 +143,8 @@ BOOK_FIGURES = {
             _bench_results(), configs=["small-4", "small-16", "gpt2-small"]),
     "mha_course.bench.plots.plot_relative_times: three sizes":
         lambda: _module("mha_course.bench.plots").plot_relative_times(
-            _bench_results(), configs=["small-4", "small-16", "gpt2-small"]),
+            _bench_results(), configs=["small-4", "small-16", "gpt2-small"],
+            implementations=["stacked", "batched", "fused_qkv", "fast", "raw_sdpa", "torch_mha_weights"]),
     "mha_course.bench.plots.plot_decode: stored decoding run":
         lambda: _module("mha_course.bench.plots").plot_decode(_bench_results("bench-decode-cpu.json")),
     "mha_course.bench.plots.plot_heads_map: stored heads map":

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import torch
 
-from ..tiled import (COMPUTED, CUT, SKIPPED, TiledAttention, TiledMultiHeadAttention, tile_kind, tiled_attention)
+from ..tiled import COMPUTED, CUT, SKIPPED, TiledAttention, TiledMultiHeadAttention, tile_kind, tiled_attention
 from .framework import Check, Exercise, Mistake
 from .probes import chooser, device_check, generator, probe_on_devices
 from .records import Failed, Recorder, describe, expect_close, format_shape, plain, same, seed_of, value_of
-from .shortcuts import package, report_runs, torch_attention
+from .shortcuts import package, torch_attention
 
 DEVICE_HINT = ("Build the new state from the inputs (torch.maximum, torch.exp, @): a tensor made anew "
                "(torch.zeros, torch.tensor) lands on the CPU unless you pass its device.")
@@ -626,4 +626,3 @@ EXERCISES = (UPDATE, TILES, BACKWARD)
 __all__ = ["EXERCISES", "update_case", "update_variant", "update_slip", "empty_state", "run_updates", "tile_case",
            "tile_grid", "tile_variant", "backward_case", "backward_inputs", "forward_state", "backward_variant"]
 
-report_runs(__name__)  # the checks' own functions report when they run (see shortcuts)

@@ -21,7 +21,7 @@ from ..transformers_interop import from_gpt2_attention
 from .framework import Check, Exercise, Mistake
 from .probes import batch, draw, generator, state_of
 from .records import Failed, Recorder, expect_close, plain, raised, same, seed_of, value_of
-from .shortcuts import package, report_runs
+from .shortcuts import package
 
 TOKEN_LABELS = ("sequence", "token")
 ROLES = ("W_query", "W_key", "W_value")
@@ -282,5 +282,3 @@ MAPPING = Exercise(
 EXERCISES = (MAPPING,)
 
 __all__ = ["EXERCISES", "mapping_cases", "gpt2_layer", "course_module", "gpt2_output", "mapping_variant"]
-
-report_runs(__name__)  # the checks' own functions report when they run (see shortcuts)
