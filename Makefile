@@ -39,6 +39,21 @@ book-student: $(STAMP)
 	$(BIN)/jupyter-book build _build/student-book -W -n --keep-going
 	@echo "The book without solutions is in _build/student-book/_build/html: open book/intro.html there."
 
+# The site publish.yml hands to GitHub Pages, in _build/pages, from the two books built above. BOOK_EDITION
+# chooses: solutions (the default: the book with solutions), student (the book without them), or both (the
+# student book, with the book with solutions under solutions/). publish.yml reads the repository variable.
+BOOK_EDITION ?= solutions
+.PHONY: pages
+pages:
+	rm -rf _build/pages
+	@case "$(BOOK_EDITION)" in \
+	  solutions) cp -R _build/html _build/pages ;; \
+	  student) cp -R _build/student-book/_build/html _build/pages ;; \
+	  both) cp -R _build/student-book/_build/html _build/pages && cp -R _build/html _build/pages/solutions ;; \
+	  *) echo "BOOK_EDITION must be solutions, student or both, not '$(BOOK_EDITION)'" >&2; exit 2 ;; \
+	esac
+	@echo "The site for GitHub Pages (BOOK_EDITION=$(BOOK_EDITION)) is in _build/pages."
+
 # make test lints the code (ruff, rules in pyproject.toml), then builds the book (the browser tests
 # read _build/html), rendering the notebooks' stored outputs: the strict nbval run in pytest executes every chapter and compares. The browser
 # tests need chromium: as root (CI) it is installed when missing, otherwise they are skipped.

@@ -250,12 +250,41 @@ def validated_arguments(d_out: str):
     return decorate
 
 
+def validate_attention_mask(attention_mask, batch: int, num_keys: int, device: torch.device) -> torch.Tensor:
+    """Check a padding mask and return it as booleans, ``True`` for the real tokens.
+
+    ``attention_mask`` must be ``(batch, num_keys)``, one entry per position a query may read (the
+    cached ones and the new ones), boolean or integer 0/1, on ``device``.
+    """
+    shape = f"(batch, cached + new positions) = ({batch}, {num_keys})"
+    if not isinstance(attention_mask, torch.Tensor):
+        raise TypeError(f"attention_mask must be a torch.Tensor of shape {shape}, 1 (or True) for a real token "
+                        f"and 0 (or False) for padding, got {type(attention_mask).__name__}.")
+    if attention_mask.is_floating_point() or attention_mask.is_complex():
+        raise TypeError(
+            f"attention_mask must be boolean or integer (1 for a real token, 0 for padding), got "
+            f"{attention_mask.dtype}. This is the padding mask of transformers' generate, not a mask added "
+            "to the scores: pass attention_mask.bool() of the 1/0 mask, or (additive_mask == 0) of an "
+            "additive one.")
+    if tuple(attention_mask.shape) != (batch, num_keys):
+        raise ValueError(f"attention_mask must have shape {shape}, one entry per position a query may read, "
+                         f"got {tuple(attention_mask.shape)}. With a cache, it covers the cached positions too.")
+    if attention_mask.device != device:
+        raise ValueError(f"attention_mask is on {attention_mask.device} but x is on {device}: move it with "
+                         f"attention_mask.to({str(device)!r}).")
+    if attention_mask.dtype != torch.bool and not ((attention_mask == 0) | (attention_mask == 1)).all():
+        raise ValueError(f"attention_mask must hold 0 and 1 only (1 for a real token, 0 for padding), got "
+                         f"values {sorted(set(attention_mask.unique().tolist()))[:6]}.")
+    return attention_mask.bool()
+
+
 def validated_input(forward):
     """Decorate an attention module's ``forward`` so that ``x`` is checked before it runs.
 
     :func:`validate_input` against the module's ``d_in``, ``context_length`` and the dtype and device
-    of its first parameter; any further arguments pass through unchanged. So ``forward``, which the
-    book lists, holds the computation alone.
+    of its first parameter, and a padding mask passed as ``attention_mask`` (its first argument after
+    ``x``, or by name) against ``x``'s batch and length; any further arguments pass through
+    unchanged. So ``forward``, which the book lists, holds the computation alone.
 
     Example:
         >>> class Module(torch.nn.Linear):
@@ -270,9 +299,14 @@ def validated_input(forward):
             ...
         ValueError: x has 5 tokens (x.shape[1]) but the module was built with context_length=4, so its causal mask covers only 4 positions. Build it with context_length>=5, or shorten the input.
     """
+    takes_mask = "attention_mask" in inspect.signature(forward).parameters
+
     @functools.wraps(forward)
     def checked_forward(self, x, *args, **kwargs):
         validate_input(x, self.d_in, self.context_length, like=next(self.parameters(), None))
+        mask = kwargs.get("attention_mask", args[0] if args else None) if takes_mask else None
+        if mask is not None:  # a padding mask (chapter 9): one entry per position of x
+            validate_attention_mask(mask, x.shape[0], x.shape[1], x.device)
         return forward(self, x, *args, **kwargs)
 
     if not forward.__doc__:  # the listed forward has none: say what the call does

@@ -33,7 +33,10 @@ class MultiHeadAttention(nn.Module):
     Shapes:
         input ``(batch, num_tokens, d_in)`` -> output ``(batch, num_tokens, d_out)``; inside
         ``forward``, queries, keys and values are ``(batch, num_heads, num_tokens, head_dim)``
-        (the split of :func:`split_heads`, written out in ``forward``).
+        (the split of :func:`split_heads`, written out in ``forward``). ``forward(x,
+        attention_mask)`` takes an optional padding mask ``(batch, num_tokens)``, 1 (or ``True``)
+        for real tokens and 0 for padding: padded keys are hidden from every query, filled with
+        ``torch.finfo(dtype).min`` rather than ``-inf`` so that a row with no real key stays finite.
 
     Attributes:
         head_dim: ``d_out // num_heads``, the width of one head.
@@ -74,7 +77,7 @@ class MultiHeadAttention(nn.Module):
         register_causal_mask(self, context_length)  # self.mask
 
     @validated_input
-    def forward(self, x):
+    def forward(self, x, attention_mask=None):
         batch, num_tokens, _ = x.shape
         # Split: read each projection's d_out columns as num_heads groups
         # of head_dim, then move the heads in front of the tokens.
@@ -89,6 +92,9 @@ class MultiHeadAttention(nn.Module):
         scores = queries @ keys.to(dtype).transpose(2, 3)  # (B, h, T, T)
         # One (T, T) mask for every head and sequence, filled in place.
         scores.masked_fill_(self.mask[:num_tokens, :num_tokens], float("-inf"))
+        if attention_mask is not None:  # padded keys hidden too (chapter 9),
+            padded = (attention_mask == 0)[:, None, None, :]  # (B, 1, 1, T)
+            scores.masked_fill_(padded, torch.finfo(dtype).min)  # not NaN
         weights = torch.softmax(scores, dim=-1).to(values.dtype)
         context = self.dropout(weights) @ values  # (B, h, T, d_h)
         # Merge: the heads side by side again; contiguous() copies them

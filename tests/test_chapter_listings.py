@@ -191,7 +191,8 @@ def _method_lines(cls: ast.ClassDef, name: str, source: str) -> list[str]:
 
 def test_exercise_3_5s_answer_is_chapter_3s_listing_but_for_what_the_page_names():
     """The answer differs from the listing only where the page says why: no decorators, no
-    half-precision lines, and ``register_buffer`` for ``register_causal_mask``."""
+    half-precision lines, no padding lines (chapter 9's), and ``register_buffer`` for
+    ``register_causal_mask``."""
     import json
 
     notebook = json.loads(source_of("book/03_batched_heads").read_text(encoding="utf-8"))
@@ -209,9 +210,13 @@ def test_exercise_3_5s_answer_is_chapter_3s_listing_but_for_what_the_page_names(
     def comparable(lines):
         return [kept for line in lines if (kept := half_precision_free(line.split("  #")[0].strip())) is not None]
 
+    def padding_free(lines):  # the block under `if attention_mask is not None:`, and that line
+        padding = ("if attention_mask is not None:", "padded = ", "scores.masked_fill_(padded")
+        return [line for line in lines if not line.startswith(padding)]
+
     answer_class = ast.parse(answer).body[0]
     for method in ("__init__", "forward"):
-        mine = comparable(_method_lines(listed, method, listing_source))
+        mine = padding_free(comparable(_method_lines(listed, method, listing_source)))
         theirs = comparable(_method_lines(answer_class, method, answer))
         if method == "__init__":
             mine.remove("register_causal_mask(self, context_length)")

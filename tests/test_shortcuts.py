@@ -202,7 +202,8 @@ def _mask_after_emptying_the_garbage_collectors_lists(num_tokens, device=None):
     import gc
 
     for thing in gc.get_objects():  # (the guard kept its state there once; it keeps none an answer can clear)
-        if isinstance(thing, list) and "mha_course's own causal_mask" in thing:
+        if isinstance(thing, list) and any(isinstance(item, str) and item == "mha_course's own causal_mask"
+                                           for item in thing):
             thing.clear()
     return mha_course.causal_mask(num_tokens, device)
 

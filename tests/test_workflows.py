@@ -13,7 +13,9 @@ workflow files and check that:
   the oldest, the one the stored outputs come from; a matrix any of them. Every job caches pip's
   downloads keyed on ``requirements.txt``;
 - every Python the README states runs the package's tests on Linux, macOS and Windows;
-- the publishing job deploys ``_build/html`` with the permissions and environment GitHub Pages needs.
+- the publishing job builds both books, assembles the edition the repository variable ``BOOK_EDITION``
+  names with ``make pages``, and deploys ``_build/pages`` with the permissions and environment GitHub
+  Pages needs; ``make pages`` puts each edition where it belongs.
 
 Each check returns a list of problems, so the last tests can show that a drifted copy of a workflow is
 caught. Nothing here runs GitHub: whether the hosted runners accept the files is only known there.
@@ -45,6 +47,9 @@ ACTION = re.compile(r"^([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(/[A-Za-z0-9_./-]+)?@[A-Z
 WINDOWS_VARIABLES = {"PYTHON": "python", "BIN": ".venv/Scripts"}
 # Where `make book-student` writes the book without solutions.
 STUDENT_HTML = "_build/student-book/_build/html"
+# Where `make pages` assembles the site that GitHub Pages publishes, and the setting that chooses it.
+PAGES_HTML = "_build/pages"
+EDITION_SETTING = "${{ vars.BOOK_EDITION || 'solutions' }}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -343,7 +348,8 @@ def command_problems(workflows: dict[str, dict], makefile: str, readme: str) -> 
 
 
 def pages_problems(workflows: dict[str, dict]) -> list[str]:
-    """One workflow builds the book and hands ``_build/html`` to Pages; a job deploys it as Pages requires."""
+    """One workflow builds both books, assembles the edition ``BOOK_EDITION`` names (``make pages``) and hands
+    ``_build/pages`` to Pages; a job deploys it as Pages requires."""
     problems = []
     for name, workflow in workflows.items():
         jobs = jobs_of(workflow)
@@ -356,11 +362,18 @@ def pages_problems(workflows: dict[str, dict]) -> list[str]:
         if not uploads:
             continue
         for job_id, step in uploads.items():
-            if (step.get("with") or {}).get("path") != "_build/html":
-                problems.append(f"{name}: job {job_id!r} hands Pages something other than _build/html")
+            if (step.get("with") or {}).get("path") != PAGES_HTML:
+                problems.append(f"{name}: job {job_id!r} hands Pages something other than {PAGES_HTML}")
             lines = run_lines(jobs[job_id])
             if "make book" not in lines:
                 problems.append(f"{name}: job {job_id!r} publishes without running `make book`")
+            if "make pages" not in lines or lines.index("make pages") < max(
+                    lines.index(line) for line in ("make book", "make book-student") if line in lines):
+                problems.append(f"{name}: job {job_id!r} does not assemble the site with `make pages` after both books")
+            env = {**(workflow.get("env") or {}), **(jobs[job_id].get("env") or {})}
+            if env.get("BOOK_EDITION") != EDITION_SETTING:
+                problems.append(f"{name}: job {job_id!r} does not read the edition from the repository variable "
+                                f"(env BOOK_EDITION: {EDITION_SETTING})")
             student = [
                 s for s in steps_of(jobs[job_id])
                 if uses(s, "actions/upload-artifact") and (s.get("with") or {}).get("path")
@@ -578,7 +591,15 @@ DRIFTS = {
     "Pages handed another folder": (
         lambda w: _step(_job(w, "publish.yml", "make book"), "actions/upload-pages-artifact")["with"].update(
             {"path": "_build"}),
-        "hands Pages something other than _build/html",
+        "hands Pages something other than _build/pages",
+    ),
+    "the edition no longer a setting": (
+        lambda w: _job(w, "publish.yml", "make book")["env"].update({"BOOK_EDITION": "solutions"}),
+        "does not read the edition from the repository variable",
+    ),
+    "the site assembled before the student book": (
+        lambda w: _job(w, "publish.yml", "make book")["steps"].sort(key=lambda step: step.get("run") != "make pages"),
+        "does not assemble the site with `make pages` after both books",
     ),
     "the student book no longer kept": (
         lambda w: _replace_run(_job(w, "publish.yml", "make book"), "make book-student", "make book"),
@@ -683,3 +704,31 @@ def test_the_notebook_hook_checks_every_chapter_and_nothing_else():
 def test_contributing_says_how_to_install_the_hooks():
     contributing = (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8")
     assert "pre-commit install" in contributing
+
+
+@pytest.mark.skipif(
+    shutil.which("make") is None or sys.platform == "win32",
+    reason="needs make (Windows runs the Makefile's recipe without it)",
+)
+def test_make_pages_publishes_the_edition_book_edition_names(tmp_path):
+    """Two stand-in books, and what ``make pages`` assembles from them for each setting."""
+    for folder, text in (("_build/html", "with solutions"), (STUDENT_HTML, "without solutions")):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "index.html").write_text(text, encoding="utf-8")
+    env = {name: value for name, value in os.environ.items() if name not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+
+    def pages(edition: str | None) -> subprocess.CompletedProcess:
+        settings = {} if edition is None else {"BOOK_EDITION": edition}
+        return subprocess.run(["make", "--no-print-directory", "-f", str(REPO / "Makefile"), "pages"], cwd=tmp_path,
+                              env={**env, **settings}, capture_output=True, text=True, check=False)
+
+    def site() -> dict[str, str]:
+        root = tmp_path / PAGES_HTML
+        return {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8") for p in root.rglob("*.html")}
+
+    assert pages(None).returncode == 0 and site() == {"index.html": "with solutions"}
+    assert pages("student").returncode == 0 and site() == {"index.html": "without solutions"}
+    assert pages("both").returncode == 0
+    assert site() == {"index.html": "without solutions", "solutions/index.html": "with solutions"}
+    wrong = pages("teachers")
+    assert wrong.returncode != 0 and "BOOK_EDITION must be solutions, student or both, not 'teachers'" in wrong.stderr
