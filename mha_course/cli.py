@@ -109,7 +109,8 @@ def _bench_tiled(args: argparse.Namespace) -> int:
     from .bench import TiledSettings, run_tiled_benchmark, tiled_summary
 
     options = {} if args.block_size is None else {"block_size": args.block_size}
-    return _fixed_benchmark(args, "--tiled", "runs attention's middle three ways (scores, tiled, sdpa), forward",
+    return _fixed_benchmark(args, "--tiled", "runs attention's middle three ways (scores, tiled, sdpa), forward and "
+                            "forward with backward",
                             TiledSettings, run_tiled_benchmark, tiled_summary, memory=not args.no_memory, **options)
 
 
@@ -147,7 +148,7 @@ def _add_bench(commands) -> None:
                        ".csv, .png)")
     bench.add_argument("--tiled", action="store_true",
                        help="attention with the explicit scores, the tiled loop and the fused kernel, against the "
-                       "length (chapter 7; writes bench-tiled-DEVICE.json, .csv, .png)")
+                       "length, forward and forward with backward (chapter 7; writes bench-tiled-DEVICE.json, .csv, .png)")
     bench.add_argument("--block-size", type=int, default=None,
                        help="with --tiled: queries and keys per tile of the tiled loop (default: 64; quick: 8)")
     bench.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")

@@ -223,6 +223,47 @@ def score_memory_bytes(batch: int, num_heads: int, num_tokens: int, bytes_per_el
     return batch * num_heads * num_tokens * num_tokens * bytes_per_element
 
 
+def causal_block_share(num_tokens: int, query_block: int, key_block: int) -> float:
+    """The share of the ``T x T`` scores a causal blocked loop computes.
+
+    The loop takes the queries ``query_block`` at a time and, for each block of queries, the keys
+    ``key_block`` at a time up to the block's last query: a block of keys is skipped when it starts
+    after that query, computed whole (and masked where needed) otherwise. The course's loop has
+    square tiles, ``query_block == key_block``; PyTorch's CPU kernel has other sizes
+    (:func:`torch_cpu_flash_blocks`).
+
+    Example:
+        >>> causal_block_share(4096, 64, 64)  # 64 blocks a side: 64 * 65 / 2 of 64 * 64 tiles
+        0.5078125
+        >>> causal_block_share(1024, 256, 512)  # 6 of 8 blocks of 256 x 512
+        0.75
+    """
+    for name, value in (("num_tokens", num_tokens), ("query_block", query_block), ("key_block", key_block)):
+        validate_positive_int(name, value)
+    computed = 0
+    for start in range(0, num_tokens, query_block):
+        rows = min(query_block, num_tokens - start)
+        keys = min(-(-(start + rows) // key_block) * key_block, num_tokens)  # whole key blocks
+        computed += rows * keys
+    return computed / num_tokens**2
+
+
+def torch_cpu_flash_blocks(num_tokens: int) -> tuple[int, int]:
+    """The ``(query_block, key_block)`` PyTorch's CPU flash-attention kernel uses for ``num_tokens`` queries.
+
+    As ``flash_attention_kernel_impl`` in ``aten/src/ATen/native/cpu/FlashAttentionKernel.cpp``
+    (PyTorch 2.x) chooses them: blocks of 256 queries from 768 tokens on, of 64 from 192, of 32
+    below; blocks of 512 keys, or all of them when there are fewer.
+
+    Example:
+        >>> [torch_cpu_flash_blocks(t) for t in (100, 512, 4096)]
+        [(32, 100), (64, 512), (256, 512)]
+    """
+    validate_positive_int("num_tokens", num_tokens)
+    query_block = 256 if num_tokens >= 768 else 64 if num_tokens >= 192 else 32
+    return min(query_block, num_tokens), min(512, num_tokens)
+
+
 def batched_forward_peak_bytes(batch: int, num_tokens: int, num_heads: int, head_dim: int,
                                bytes_per_element: int = 4) -> int:
     """Predicted peak memory of one forward call of the batched module: two score tensors and Q, K, V.

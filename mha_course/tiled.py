@@ -11,9 +11,14 @@ tile of scores at a time. It walks the keys and values in blocks and keeps, for 
 and rescales the sum and the accumulator by ``exp(m_old - m_new)`` whenever the maximum grows.
 Dividing the accumulator by the sum at the end gives exactly ``softmax(scores) @ values``. This
 is the online softmax of Milakov and Gimelshein (2018), used for attention in O(T) memory by
-Rabe and Staats (2021) and by FlashAttention (Dao et al., 2022), whose compiled kernels
-``torch.nn.functional.scaled_dot_product_attention`` runs. Under the causal mask a tile that lies
-wholly above the diagonal would be masked entirely, so the loop never computes it.
+Rabe and Staats (2021) and by FlashAttention (Dao et al., 2022; Dao, 2023), whose loop order this
+follows: an outer loop over blocks of queries, the division once at the end. Under the causal
+mask a tile that lies wholly above the diagonal would be masked entirely, so the loop never
+computes it.
+
+The backward pass is written too (:class:`TiledAttention`): the forward keeps the inputs, the
+output and one log-sum-exp per query row, and the backward recomputes each tile's probabilities
+from them, so that training, like inference, never holds a ``(T, T)`` tensor.
 
 :class:`TiledMultiHeadAttention` is :class:`~mha_course.MultiHeadAttention` with this loop in the
 middle of ``forward``.
@@ -22,6 +27,7 @@ middle of ``forward``.
 from __future__ import annotations
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from ._validation import validate_bool, validate_input, validate_positive_int
 from .heads import captured_attention_weights, merge_heads, score_dtype, split_heads
@@ -34,8 +40,10 @@ def tiled_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
 
     Equal, up to rounding, to ``torch.nn.functional.scaled_dot_product_attention(queries, keys,
     values, is_causal=causal)``, gradients included, for any sequence length (a multiple of
-    ``block_size`` or not); no tensor of shape ``(T, T)`` is ever built. Half-precision inputs are
-    computed in float32, as the fused kernel computes them, and the result is returned in their dtype.
+    ``block_size`` or not); no tensor of shape ``(T, T)`` is ever built, in the forward pass or in
+    the backward (``TiledAttention``). Half-precision inputs are computed in float32 throughout
+    and the result is returned in their dtype (PyTorch's kernels round the probabilities to the
+    half-precision type before the product with the values: this loop is the more accurate).
 
     Args:
         queries: ``(batch, num_heads, num_tokens, head_dim)``.
@@ -57,44 +65,109 @@ def tiled_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
     block_size = validate_tiled_arguments(queries, keys, values, block_size, causal)
     if queries.shape[2] == 0:  # no tokens: an empty result, as the other modules give
         return values.clone()
-    return tiled_loop(queries, keys, values, block_size, causal)
+    return TiledAttention.apply(queries, keys, values, block_size, causal)
 
 
-def tiled_loop(queries, keys, values, block_size, causal):
-    """The loop of :func:`tiled_attention`, its arguments already checked."""
-    num_tokens, head_dim = queries.shape[-2:]
-    out_dtype = values.dtype
-    # Half precision is computed in float32, where large scores cannot
-    # overflow to inf (as chapter 1's class does); other dtypes are kept.
-    dtype = score_dtype(queries.dtype)
-    keys, values = keys.to(dtype), values.to(dtype)
-    queries = queries.to(dtype) * head_dim**-0.5  # scale once, as in ch. 3
-    positions = torch.arange(num_tokens, device=queries.device)
-    outputs = []
-    for q_start in range(0, num_tokens, block_size):  # one block of query rows
-        q = queries[:, :, q_start:q_start + block_size]  # (B, h, T_b, d_h)
-        rows = positions[q_start:q_start + block_size]  # (T_b,)
-        row_max = q.new_full((*q.shape[:-1], 1), -torch.inf)  # (B, h, T_b, 1)
-        row_sum = q.new_zeros(*q.shape[:-1], 1)  # (B, h, T_b, 1)
-        acc = q.new_zeros(*q.shape[:-1], values.shape[-1])  # (B, h, T_b, d_v)
-        # Causal: the keys after this block's last row are all masked: skip.
-        k_stop = q_start + q.shape[2] if causal else num_tokens
-        for k_start in range(0, k_stop, block_size):  # one tile of scores
-            k = keys[:, :, k_start:k_start + block_size]  # (B, h, T_b, d_h)
-            v = values[:, :, k_start:k_start + block_size]  # (B, h, T_b, d_v)
-            scores = q @ k.transpose(2, 3)  # (B, h, T_b, T_b): one tile
-            if causal and k_start + k.shape[2] - 1 > q_start:  # diagonal cuts
-                cols = positions[k_start:k_start + block_size]  # (T_b,)
-                future = cols[None, :] > rows[:, None]  # (T_b, T_b)
-                scores = scores.masked_fill(future, -torch.inf)
-            new_max = torch.maximum(row_max, scores.amax(-1, keepdim=True))
-            weights = torch.exp(scores - new_max)  # (B, h, T_b, T_b), each <= 1
-            rescale = torch.exp(row_max - new_max)  # (B, h, T_b, 1), 0 at first
-            row_sum = row_sum * rescale + weights.sum(-1, keepdim=True)
-            acc = acc * rescale + weights @ v  # (B, h, T_b, d_v)
-            row_max = new_max
-        outputs.append(acc / row_sum)  # (B, h, T_b, d_v): softmax @ values
-    return torch.cat(outputs, dim=2).to(out_dtype)  # (B, h, T, d_v)
+def key_starts(q_start: int, q_stop: int, num_tokens: int, block_size: int, causal: bool) -> range:
+    """Where the blocks of keys start that the queries ``q_start:q_stop`` meet: under the causal mask
+    none after the block's last query (those tiles are skipped), otherwise every block.
+
+    Example:
+        >>> list(key_starts(4, 8, 10, 4, causal=True)), list(key_starts(4, 8, 10, 4, causal=False))
+        ([0, 4], [0, 4, 8])
+    """
+    return range(0, q_stop if causal else num_tokens, block_size)
+
+
+def tile_scores(q: torch.Tensor, keys: torch.Tensor, q_start: int,
+                k_start: int, block_size: int, causal: bool) -> torch.Tensor:
+    """One tile of scaled scores, ``(B, h, T_q, T_k)``: the queries ``q``
+    (from position ``q_start``) against the block of ``keys`` from
+    ``k_start``, with ``-inf`` where a key comes after its query.
+
+    Example:
+        >>> q, k = torch.ones(1, 1, 2, 4), torch.ones(1, 1, 6, 4)
+        >>> tile_scores(q, k, 2, 2, 2, causal=True)[0, 0]  # scaled: 4 / 2
+        tensor([[2., -inf],
+                [2., 2.]])
+    """
+    k = keys[:, :, k_start:k_start + block_size]  # (B, h, T_k, d_h)
+    scores = (q @ k.transpose(2, 3)) * q.shape[-1] ** -0.5  # (B, h, T_q, T_k)
+    if causal and k_start + k.shape[2] - 1 > q_start:  # the diagonal cuts it
+        rows = torch.arange(q_start, q_start + q.shape[2], device=q.device)
+        cols = torch.arange(k_start, k_start + k.shape[2], device=q.device)
+        scores = scores.masked_fill(cols > rows[:, None], -torch.inf)
+    return scores
+
+
+class TiledAttention(torch.autograd.Function):
+    """The tiled loop with a backward pass of its own, as FlashAttention writes it.
+
+    The forward pass saves the inputs, the output ``O`` and one log-sum-exp per query row,
+    ``L_i = m_i + log(l_i)``; the backward recomputes each tile's probabilities
+    ``P = exp(S - L)`` from them instead of keeping every tile's intermediates, and skips the same
+    causal tiles. Call it through :func:`tiled_attention`, which checks the arguments.
+    """
+
+    @staticmethod
+    def forward(ctx, queries, keys, values, block_size, causal):
+        dtype = score_dtype(queries.dtype)  # float32 for half precision
+        q_all, k_all, v_all = (t.to(dtype) for t in (queries, keys, values))
+        batch, heads, num_tokens, _ = queries.shape
+        out = values.new_empty(batch, heads, num_tokens, values.shape[-1])
+        lse = q_all.new_empty(batch, heads, num_tokens, 1)  # (B, h, T, 1)
+        for q_start in range(0, num_tokens, block_size):  # a block of queries
+            rows = slice(q_start, q_start + block_size)
+            q = q_all[:, :, rows]  # (B, h, T_b, d_h)
+            row_max = q.new_full((*q.shape[:-1], 1), -torch.inf)  # (B, h, T_b, 1)
+            row_sum = q.new_zeros(*q.shape[:-1], 1)  # (B, h, T_b, 1)
+            acc = q.new_zeros(*q.shape[:-1], values.shape[-1])  # (B, h, T_b, d_v)
+            for k_start in key_starts(q_start, q_start + q.shape[2], num_tokens,
+                                      block_size, causal):  # one tile
+                scores = tile_scores(q, k_all, q_start, k_start, block_size, causal)
+                v = v_all[:, :, k_start:k_start + block_size]  # (B, h, T_b, d_v)
+                new_max = torch.maximum(row_max, scores.amax(-1, keepdim=True))
+                # A row masked whole so far keeps max -inf: subtract 0 there,
+                # since exp(-inf - (-inf)) is NaN.
+                safe_max = new_max.masked_fill(new_max == -torch.inf, 0.0)
+                weights = torch.exp(scores - safe_max)  # (B, h, T_b, T_b)
+                rescale = torch.exp(row_max - safe_max)  # (B, h, T_b, 1)
+                row_sum = row_sum * rescale + weights.sum(-1, keepdim=True)
+                acc = acc * rescale + weights @ v  # (B, h, T_b, d_v)
+                row_max = new_max
+            out[:, :, rows] = acc / row_sum  # softmax @ values, this block
+            lse[:, :, rows] = row_max + torch.log(row_sum)  # log sum_j e^s_ij
+        ctx.save_for_backward(queries, keys, values, out, lse)
+        ctx.block_size, ctx.causal = block_size, causal
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        queries, keys, values, out, lse = ctx.saved_tensors
+        block_size, causal = ctx.block_size, ctx.causal
+        num_tokens = queries.shape[2]
+        q_all, k_all, v_all, d_out = (t.to(lse.dtype)
+                                      for t in (queries, keys, values, grad_out))
+        # D_i = sum_c dO_ic O_ic, which equals sum_j P_ij dP_ij: one per row.
+        D = (d_out * out.to(lse.dtype)).sum(-1, keepdim=True)  # (B, h, T, 1)
+        dq, dk, dv = (torch.zeros_like(t) for t in (q_all, k_all, v_all))
+        scale = queries.shape[-1] ** -0.5
+        for q_start in range(0, num_tokens, block_size):  # a block of queries
+            rows = slice(q_start, q_start + block_size)
+            q, do = q_all[:, :, rows], d_out[:, :, rows]  # (B, h, T_b, d_h|d_v)
+            for k_start in key_starts(q_start, q_start + q.shape[2], num_tokens,
+                                      block_size, causal):  # the same tiles
+                cols = slice(k_start, k_start + block_size)
+                scores = tile_scores(q, k_all, q_start, k_start, block_size, causal)
+                p = torch.exp(scores - lse[:, :, rows])  # P recomputed from L
+                dv[:, :, cols] += p.transpose(2, 3) @ do  # dV = P^T dO
+                dp = do @ v_all[:, :, cols].transpose(2, 3)  # dP = dO V^T
+                ds = p * (dp - D[:, :, rows]) * scale  # dS, through the scale
+                dq[:, :, rows] += ds @ k_all[:, :, cols]  # dQ = dS K
+                dk[:, :, cols] += ds.transpose(2, 3) @ q  # dK = dS^T Q
+        return (dq.to(queries.dtype), dk.to(keys.dtype), dv.to(values.dtype),
+                None, None)
 
 
 #: What the causal loop does with a tile (see :func:`tile_kind`).

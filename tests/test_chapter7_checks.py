@@ -63,3 +63,42 @@ def test_failure_messages_show_the_input_and_both_results(seed, monkeypatch):
     line = run_check("7.1", WRONG[("7.1", "acc-not-rescaled")]).line
     assert re.search(r"acc row \d = \[.+\] after a second tile \(scores \(\d+, \d+\), values \(\d+, \d+\)\) that "
                      r"raises the maximum of rows 0, 2, \.\.\., got \[.+\]", line), line
+
+
+@pytest.mark.parametrize("seed", SEEDS[7])
+def test_the_backward_variant_defaults_to_the_packages_gradients(seed):
+    from mha_course import tiled_attention
+
+    for key in chapter7.BACKWARD_CASES:
+        q, k, v, d_out = chapter7.backward_case(seed, key)
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        expected = torch.autograd.grad(tiled_attention(*leaves, block_size=3), leaves, d_out)
+        got = chapter7.backward_variant(*chapter7.backward_inputs(seed, key))
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+        out, row_max, row_sum = chapter7.forward_state(q, k, v)
+        torch.testing.assert_close(out, tiled_attention(q, k, v, block_size=3), rtol=1e-5, atol=1e-5)
+
+
+def test_the_large_backward_case_overflows_exp_without_the_maximum():
+    for seed in range(100):
+        q, k, _, _ = chapter7.backward_case(seed, "large")
+        scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+        assert q.dtype == torch.float64 and not torch.isfinite(torch.exp(scores.tril())).all()
+
+
+@pytest.mark.parametrize("key", ["max-kept", "tile-max-only", "tile-only", "base-2", "old-max-weights",
+                                 "acc-normalised", "sum-over-rows"])
+def test_the_slips_of_the_update_that_showed_numbers_alone_now_get_a_hint(key):
+    result = run_check("7.1", WRONG[("7.1", key)])
+    assert (result.status, result.mistake) == ("failed", key), result.line
+
+
+@pytest.mark.parametrize("seed", SEEDS[7][:2])
+def test_backward_failure_messages_show_the_input_shape(seed, monkeypatch):
+    monkeypatch.setenv(SEED_ENV_VAR, str(seed))
+    line = run_check("7.3", WRONG[("7.3", "grads-not-scaled")]).line
+    shape = tuple(chapter7.backward_case(seed, "one")[0].shape)
+    assert line.startswith("✗ 7.3: dq, through D and the scale: expected dq sequence 0, head 0, token ")
+    assert f"on queries, keys and values of shape {shape}".replace(" ", "") in line.replace(" ", "")
+    assert "dQ = dS K / sqrt(d_h)" in line

@@ -219,3 +219,19 @@ def test_cache_formulas_reject_bad_arguments():
         grouped_query_multiply_adds(1, 4, 8, 24, 12, 4, num_cached=-2)
     with pytest.raises(TypeError, match=r"num_cached must be a non-negative integer, got 1\.5"):
         grouped_query_multiply_adds(1, 4, 8, 24, 12, 4, num_cached=1.5)
+
+
+def test_causal_block_share_counts_the_tiles_the_loop_computes():
+    from mha_course.cost import causal_block_share, torch_cpu_flash_blocks
+    from mha_course.tiled import SKIPPED, tile_kind
+
+    for tokens, block in ((10, 4), (16, 4), (7, 7), (9, 1), (100, 32)):
+        starts = range(0, tokens, block)
+        computed = sum(min(block, tokens - q) * min(block, tokens - k)
+                       for q in starts for k in starts if tile_kind(q, k, block, tokens) != SKIPPED)
+        assert causal_block_share(tokens, block, block) == computed / tokens**2
+    # PyTorch's CPU kernel: nothing skipped up to one key block of 512, then whole key blocks.
+    assert [causal_block_share(t, *torch_cpu_flash_blocks(t)) for t in (512, 1024, 4096)] == [1.0, 0.75, 0.5625]
+    assert [torch_cpu_flash_blocks(t)[0] for t in (191, 192, 767, 768)] == [32, 64, 64, 256]
+    with pytest.raises(ValueError, match="query_block must be a positive integer, got 0"):
+        causal_block_share(8, 0, 4)

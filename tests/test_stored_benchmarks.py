@@ -316,3 +316,27 @@ def test_relative_times_figure_draws_both_modes_from_the_line_at_one():
                       for m in bench.MODES for n in IMPLEMENTATIONS)
     assert ends == expected
     plt.close(fig)
+
+
+# --- The tiled loop in training ---------------------------------------------------------------------
+
+def test_stored_tiled_run_in_training_keeps_memory_in_proportion_to_t():
+    # A run with the forward-and-backward rows: what autograd keeps for the tiled loop and for the
+    # fused kernel grows as T (about twice per doubling) and stays within 1.5 times the kernel's,
+    # while the explicit scores' grows towards T squared (3.2 to 3.7 times per doubling from 256 on); the forward loop peaks within 1.2 times the
+    # kernel at the longest length. A run from before those rows existed has none to check.
+    from mha_course.bench.tiled import has_training_rows
+    from mha_course.bench.tiled_steps import TRAINING_MODE
+
+    path = DATA / "bench-tiled-cpu.json"
+    results = bench.load_results(path)
+    if not has_training_rows(results):
+        pytest.skip(f"{path.name} holds no training rows yet (book/data/README.md has the command)")
+    by_name = bench.tiled_rows(results, TRAINING_MODE)
+    saved = {name: [r["saved_bytes"] for r in rows] for name, rows in by_name.items()}
+    for earlier, later in zip(range(len(saved["sdpa"]) - 1), range(1, len(saved["sdpa"]))):
+        assert 1.8 < saved["tiled"][later] / saved["tiled"][earlier] < 2.2
+        assert 3 < saved["scores"][later] / saved["scores"][earlier] < 4.5
+    assert all(t <= 1.5 * s for t, s in zip(saved["tiled"], saved["sdpa"]))
+    forward = bench.tiled_rows(results)
+    assert forward["tiled"][-1]["peak_bytes"] <= 1.2 * forward["sdpa"][-1]["peak_bytes"]

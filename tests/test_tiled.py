@@ -9,7 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mha_course import FastMultiHeadAttention, MultiHeadAttention, TiledMultiHeadAttention, tiled_attention
-from mha_course.tiled import COMPUTED, CUT, SKIPPED, tile_kind, tiled_loop
+from mha_course import tiled as tiled_module
+from mha_course.bench.tiled_steps import explicit_attention, saved_tensor_bytes
+from mha_course.tiled import COMPUTED, CUT, SKIPPED, TiledAttention, tile_kind
 
 
 def qkv(batch, heads, tokens, head_dim, dtype=torch.float32, seed=0, scale=1.0):
@@ -42,20 +44,135 @@ def test_edge_lengths(tokens, block_size, causal):
     torch.testing.assert_close(tiled_attention(q, k, v, block_size, causal), expected, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("causal", [True, False])
-def test_gradients_equal_sdpas(causal):
-    inputs = [t.requires_grad_() for t in qkv(2, 3, 11, 4, dtype=torch.float64, seed=3)]
+def gradients(attention, inputs, upstream):
+    """The gradients of ``(attention(q, k, v) * upstream).sum()`` with respect to q, k and v."""
     twins = [t.detach().clone().requires_grad_() for t in inputs]
-    upstream = torch.randn(2, 3, 11, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
-    (tiled_attention(*inputs, block_size=4, causal=causal) * upstream).sum().backward()
-    (F.scaled_dot_product_attention(*twins, is_causal=causal) * upstream).sum().backward()
-    for got, expected in zip(inputs, twins):
-        torch.testing.assert_close(got.grad, expected.grad, rtol=0, atol=1e-12)
+    return torch.autograd.grad((attention(*twins) * upstream).sum(), twins)
 
 
-def test_gradcheck():
-    inputs = [t.requires_grad_() for t in qkv(1, 1, 5, 3, dtype=torch.float64, seed=4)]
-    assert torch.autograd.gradcheck(lambda q, k, v: tiled_attention(q, k, v, block_size=2), inputs)
+@settings(max_examples=40, deadline=None)
+@given(tokens=st.integers(1, 40), block_size=st.integers(1, 48), causal=st.booleans(), seed=st.integers(0, 2**16))
+def test_gradients_equal_sdpas_in_float64(tokens, block_size, causal, seed):
+    inputs = qkv(2, 2, tokens, 5, dtype=torch.float64, seed=seed)
+    upstream = torch.randn(2, 2, tokens, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(seed + 1))
+    got = gradients(lambda q, k, v: tiled_attention(q, k, v, block_size, causal), inputs, upstream)
+    expected = gradients(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal), inputs, upstream)
+    for name, g, e in zip("qkv", got, expected):
+        assert (g - e).abs().max() < 1e-10, name
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("scale", [1.0, 30.0])  # scores of a few units, and in the thousands
+def test_gradients_equal_sdpas_in_float32_to_rounding(causal, scale):
+    inputs = qkv(2, 3, 37, 8, seed=3, scale=scale)
+    upstream = torch.randn(2, 3, 37, 8, generator=torch.Generator().manual_seed(9))
+    sdpa = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+    got = gradients(lambda q, k, v: tiled_attention(q, k, v, 8, causal), inputs, upstream)
+    fused = gradients(sdpa, inputs, upstream)
+    exact = gradients(sdpa, [t.double() for t in inputs], upstream.double())
+    eps = torch.finfo(torch.float32).eps
+    for g, f, e in zip(got, fused, exact):
+        assert torch.isfinite(g).all()
+        # Rounding: the loop is as far from the float64 gradients as the fused kernel is (scores in
+        # the thousands make float32 gradients of q and k ill-conditioned for both), within a few steps.
+        error, fused_error = (g.double() - e).abs().max(), (f.double() - e).abs().max()
+        assert error <= 3 * fused_error + 16 * eps * e.abs().max()
+        if scale == 1.0:
+            assert (g - f).abs().max() <= 32 * eps * max(f.abs().max(), 1.0)
+
+
+@pytest.mark.parametrize("tokens,block_size,causal", [(5, 2, True), (5, 2, False), (6, 3, True), (4, 8, True)])
+def test_gradcheck(tokens, block_size, causal):
+    inputs = [t.requires_grad_() for t in qkv(1, 2, tokens, 3, dtype=torch.float64, seed=4)]
+    assert torch.autograd.gradcheck(lambda q, k, v: tiled_attention(q, k, v, block_size, causal), inputs)
+
+
+def test_half_precision_gradients_come_back_in_the_inputs_dtype():
+    inputs = [t.to(torch.bfloat16).requires_grad_() for t in qkv(1, 2, 9, 8, seed=8)]
+    tiled_attention(*inputs, block_size=4).float().sum().backward()
+    assert all(t.grad.dtype == torch.bfloat16 and torch.isfinite(t.grad).all() for t in inputs)
+
+
+def test_the_backward_keeps_the_inputs_the_output_and_one_log_sum_exp_per_row():
+    shapes = []
+
+    def pack(t):
+        shapes.append((tuple(t.shape), t.dtype))
+        return t
+
+    q, k, v = (t.requires_grad_() for t in qkv(2, 3, 10, 4))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = tiled_attention(q, k, v, block_size=4)
+    assert shapes == [((2, 3, 10, 4), torch.float32)] * 4 + [((2, 3, 10, 1), torch.float32)]
+    assert out.grad_fn.name() == "TiledAttentionBackward"
+
+
+def _saved(attention, tokens):
+    q, k, v = (t.requires_grad_() for t in qkv(1, 4, tokens, 64))
+    return saved_tensor_bytes(lambda: attention(q, k, v))
+
+
+def test_what_autograd_saves_grows_as_t_and_stays_near_sdpas():
+    """Without a backward of its own, autograd kept every tile's intermediates of the loop: more than
+    the explicit (T, T) scores. With it, the inputs, the output and one number per row."""
+    tiled = {t: _saved(lambda q, k, v: tiled_attention(q, k, v, 64), t) for t in (512, 1024, 2048)}
+    sdpa = {t: _saved(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), t)
+            for t in (1024, 2048)}
+    explicit = {t: _saved(explicit_attention, t) for t in (1024, 2048)}
+    for t in (1024, 2048):
+        assert tiled[t] <= 1.5 * sdpa[t]
+        assert tiled[t] < explicit[t] / 4  # the explicit computation keeps its (T, T) weights
+        assert 1.9 < tiled[t] / tiled[t // 2] < 2.1  # in proportion to T
+    assert 3.5 < explicit[2048] / explicit[1024] < 4.1  # in proportion to T squared
+
+
+def test_the_backward_skips_the_same_tiles(monkeypatch):
+    calls = []
+    original = tiled_module.tile_scores
+
+    def counting(q, keys, q_start, k_start, *rest):
+        calls.append((q_start, k_start))
+        return original(q, keys, q_start, k_start, *rest)
+
+    monkeypatch.setattr(tiled_module, "tile_scores", counting)
+    q, k, v = (t.requires_grad_() for t in qkv(1, 1, 10, 2))
+    out = tiled_attention(q, k, v, block_size=4)
+    forward = list(calls)
+    calls.clear()
+    out.sum().backward()
+    assert forward == calls == [(0, 0), (4, 0), (4, 4), (8, 0), (8, 4), (8, 8)]
+
+
+def test_a_row_masked_whole_in_a_tile_stays_finite():
+    # The first block of keys is all -inf to positive queries (as padding would make it), so after
+    # that tile the rows' running maximum is -inf: exp(-inf - (-inf)) would be NaN without the guard.
+    q = torch.rand(1, 1, 6, 3, dtype=torch.float64) + 0.1
+    k, v = torch.randn(2, 1, 1, 6, 3, dtype=torch.float64).unbind(0)
+    k[:, :, :2] = -torch.inf
+    got = tiled_attention(q, k, v, block_size=2, causal=False)
+    scores = q @ k.transpose(2, 3) / 3**0.5
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, torch.softmax(scores, -1) @ v, rtol=0, atol=1e-12)
+
+
+def test_the_module_trains_through_the_loop():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 8, 16, dropout=0.0, num_heads=2).double()
+    tiled = TiledMultiHeadAttention.from_multihead(mha, block_size=3)
+    x, target = torch.randn(2, 12, 8, dtype=torch.float64), torch.randn(2, 12, 8, dtype=torch.float64)
+    for module in (mha, tiled):
+        torch.nn.functional.mse_loss(module(x), target).backward()
+    for (name, p), q in zip(tiled.named_parameters(), mha.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=1e-12, msg=name)
+    optimiser = torch.optim.SGD(tiled.parameters(), lr=0.5)
+    losses = []
+    for _ in range(20):
+        optimiser.zero_grad()
+        loss = torch.nn.functional.mse_loss(tiled(x), target)
+        loss.backward()
+        optimiser.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.9 * losses[0]
 
 
 def test_large_scores_stay_finite():
@@ -125,10 +242,11 @@ def test_tile_kinds():
     assert tile_kind(8, 8, 4, 10) == CUT
 
 
-def test_the_loop_holds_at_most_50_lines():
+def test_the_forward_and_the_backward_each_hold_at_most_50_lines():
     import inspect
 
-    assert len(inspect.getsource(tiled_loop).splitlines()) <= 50
+    for method in (TiledAttention.forward, TiledAttention.backward):
+        assert len(inspect.getsource(method).splitlines()) <= 50
 
 
 @pytest.mark.parametrize("block_size,error,fragment", [

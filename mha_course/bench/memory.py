@@ -136,8 +136,8 @@ def tiled_memory_child(config: BenchConfig, name: str, mode: str, threads: int, 
     """Runs in a fresh child process of the memory server: the peak memory of one call of ``name``."""
     torch.set_num_threads(threads)
     tiny = BenchConfig("warm-up", 1, 2 * block_size, 8, 1, 8, "")
-    tiled_calls(tiny, block_size)[name]()  # loads the code paths once, as the main benchmark does
-    step = tiled_calls(config, block_size)[name]
+    tiled_calls(tiny, block_size, mode=mode)[name]()  # loads the code paths once, as the main benchmark does
+    step = tiled_calls(config, block_size, mode=mode)[name]
     return first_call_peak(lambda: step())
 
 

@@ -264,7 +264,8 @@ def plot_heads_map(results: dict):
 
 def plot_tiled(results: dict):
     """Peak memory (left) and median time (right) against the length, for the explicit scores,
-    the tiled loop and the fused kernel of a tiled run (log-log).
+    the tiled loop and the fused kernel of a tiled run (log-log): the forward pass with filled
+    markers, and, where the run holds them, the forward and backward passes with open ones.
 
     Example:
         >>> rows = [{"config": f"tiled-{t}", "implementation": n, "mode": "tiled", "num_tokens": t,
@@ -273,38 +274,47 @@ def plot_tiled(results: dict):
         >>> fig = plot_tiled({"rows": rows})
         >>> fig.axes[0].get_legend_handles_labels()[1]
         ['explicit scores', 'tiled loop (Python)', 'fused kernel (SDPA)']
+        >>> rows += [{**r, "mode": "tiled-training"} for r in rows]
+        >>> plot_tiled({"rows": rows}).axes[0].get_legend_handles_labels()[1][3:]
+        ['explicit scores, training', 'tiled loop (Python), training', 'fused kernel (SDPA), training']
     """
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
     from ..plots import OKABE_ITO, book_figsize, house_style
-    from .tiled import tiled_rows
-    from .tiled_steps import TILED_IMPLEMENTATIONS
+    from .tiled import has_training_rows, tiled_rows
+    from .tiled_steps import TILED_IMPLEMENTATIONS, TILED_MODE, TRAINING_MODE
 
-    by_name = tiled_rows(results)
+    modes = [TILED_MODE] + ([TRAINING_MODE] if has_training_rows(results) else [])
     labels = {"scores": "explicit scores", "tiled": "tiled loop (Python)", "sdpa": "fused kernel (SDPA)"}
     markers, dashes = {"scores": "o", "tiled": "s", "sdpa": "^"}, {"scores": "-", "tiled": "--", "sdpa": ":"}
     with house_style():
-        fig, (memory, time) = plt.subplots(1, 2, figsize=book_figsize(1.0, aspect=0.46), layout="constrained")
-        for index, name in enumerate(TILED_IMPLEMENTATIONS):
-            rows = by_name[name]
-            tokens = [r["num_tokens"] for r in rows]
-            style = dict(color=OKABE_ITO[index], marker=markers[name], linestyle=dashes[name], lw=1.8,
-                         label=labels[name])
-            memory.plot(tokens, [max(r["peak_bytes"], 1) / 2**20 for r in rows], **style)
-            time.plot(tokens, [r["median_s"] * 1e3 for r in rows], **style)
+        fig, (memory, time) = plt.subplots(1, 2, figsize=book_figsize(1.0, aspect=0.46 + 0.06 * (len(modes) - 1)),
+                                           layout="constrained")
+        for mode in modes:
+            by_name = tiled_rows(results, mode)
+            training = mode == TRAINING_MODE
+            for index, name in enumerate(TILED_IMPLEMENTATIONS):
+                rows = by_name[name]
+                tokens = [r["num_tokens"] for r in rows]
+                style = dict(color=OKABE_ITO[index], marker=markers[name], linestyle=dashes[name],
+                             lw=1.2 if training else 1.8, label=labels[name] + (", training" if training else ""),
+                             markerfacecolor="white" if training else OKABE_ITO[index])
+                if all("peak_bytes" in r for r in rows):
+                    memory.plot(tokens, [max(r["peak_bytes"], 1) / 2**20 for r in rows], **style)
+                time.plot(tokens, [r["median_s"] * 1e3 for r in rows], **style)
+        ticks = [r["num_tokens"] for r in tiled_rows(results)["sdpa"]]
         for ax, ylabel in ((memory, "peak memory of one call (MiB)"), (time, "median time (ms)")):
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
-            ticks = [r["num_tokens"] for r in by_name["sdpa"]]
             ax.set_xticks(ticks, [str(t) for t in ticks])
             ax.minorticks_off()
             ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
             ax.set_xlabel("tokens T")
             ax.set_ylabel(ylabel)
             ax.grid(True, which="major", alpha=0.3)
-        handles, names = memory.get_legend_handles_labels()
-        fig.legend(handles, names, loc="outside lower center", ncol=3, frameon=False)
+        handles, names = time.get_legend_handles_labels()
+        fig.legend(handles, names, loc="outside lower center", ncol=3 if len(modes) == 1 else 2, frameon=False)
     return fig
 
 

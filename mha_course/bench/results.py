@@ -63,7 +63,7 @@ HEADS_MAP_CSV_FIELDS = ["config", "implementation", "mode", "num_tokens", "num_h
 
 #: The CSV columns of a tiled run (``bench --tiled``, ``meta.benchmark == "tiled"``).
 TILED_CSV_FIELDS = ["config", "implementation", "mode", "num_tokens", "median_s", "iqr_s", "runs", "vs_sdpa",
-                    "score_bytes", "peak_bytes", "multiply_adds", "flops_per_s", "ceiling_fraction", "max_abs_diff"]
+                    "score_bytes", "saved_bytes", "peak_bytes", "multiply_adds", "flops_per_s", "ceiling_fraction", "max_abs_diff"]
 
 
 def results_stem(device: str, label: str | None = None, benchmark: str | None = None) -> str:

@@ -1,4 +1,5 @@
-"""The three ways of computing attention's middle that ``bench --tiled`` compares, as calls.
+"""The three ways of computing attention's middle that ``bench --tiled`` compares, as calls:
+forward only (inference), or forward and backward (training).
 
 Built here, apart from the run (:mod:`mha_course.bench.tiled`), so that the memory server
 (:mod:`mha_course.bench.memory`) can build them in its child processes without importing the run,
@@ -13,6 +14,10 @@ import torch.nn.functional as F
 from ..masking import causal_mask
 from ..tiled import tiled_attention
 from .sizes import BenchConfig
+
+#: The two modes of a tiled run: the forward pass under ``torch.no_grad`` (inference), and the
+#: forward and backward passes (training: the gradients of the queries, keys and values).
+TILED_MODE, TRAINING_MODE = "tiled", "tiled-training"
 
 #: The three ways of computing attention's middle, by name.
 TILED_IMPLEMENTATIONS = {
@@ -30,6 +35,31 @@ def explicit_attention(queries, keys, values):
     return torch.softmax(scores, dim=-1) @ values  # (B, h, T, d_h)
 
 
+def saved_tensor_bytes(call) -> int:
+    """What autograd keeps for the backward of ``call()``: the bytes of every distinct storage it saves.
+
+    Seen through ``torch.autograd.graph.saved_tensors_hooks``, which is handed every tensor an
+    operation saves for its backward (a custom ``autograd.Function``'s ``save_for_backward``
+    included); a storage saved twice, or by two views, counts once.
+
+    Example:
+        >>> x = torch.ones(256, requires_grad=True)  # 1 KiB of float32
+        >>> saved_tensor_bytes(lambda: (x * x).exp())  # x (once), and exp's output
+        2048
+    """
+    storages = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        output = call()  # kept until the sum: the storages it saved stay alive, their addresses distinct
+    del output
+    return sum(storages.values())
+
+
 def tiled_inputs(config: BenchConfig, device="cpu", seed: int = 1):
     """Seeded queries, keys and values ``(B, h, T, d_h)`` of one size."""
     g = torch.Generator().manual_seed(seed)
@@ -37,18 +67,33 @@ def tiled_inputs(config: BenchConfig, device="cpu", seed: int = 1):
     return tuple(torch.randn(*shape, generator=g).to(device) for _ in range(3))
 
 
-def tiled_calls(config: BenchConfig, block_size: int, device="cpu", seed: int = 1) -> dict:
-    """Name -> a no-argument callable computing attention's middle that way, under ``torch.no_grad``.
+def tiled_functions(block_size: int) -> dict:
+    """Name -> ``f(queries, keys, values)``, attention's middle computed that way."""
+    return {"scores": explicit_attention,
+            "tiled": lambda q, k, v: tiled_attention(q, k, v, block_size=block_size),
+            "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)}
+
+
+def tiled_calls(config: BenchConfig, block_size: int, device="cpu", seed: int = 1, mode: str = TILED_MODE) -> dict:
+    """Name -> a no-argument callable computing attention's middle that way.
+
+    In ``TILED_MODE`` the call runs the forward pass under ``torch.no_grad`` and returns the output;
+    in ``TRAINING_MODE`` it runs the forward and the backward pass (with a seeded gradient of the
+    output) and returns the gradients of the queries, keys and values, stacked.
 
     Example:
         >>> calls = tiled_calls(BenchConfig("tiny", 1, 16, 16, 2, 8, ""), block_size=4)
         >>> torch.allclose(calls["tiled"](), calls["sdpa"](), atol=1e-5), list(calls)
         (True, ['scores', 'tiled', 'sdpa'])
+        >>> grads = tiled_calls(BenchConfig("tiny", 1, 16, 16, 2, 8, ""), 4, mode=TRAINING_MODE)
+        >>> grads["tiled"]().shape, torch.allclose(grads["tiled"](), grads["sdpa"](), atol=1e-5)
+        (torch.Size([3, 1, 2, 16, 8]), True)
     """
+    if mode not in (TILED_MODE, TRAINING_MODE):
+        raise ValueError(f"mode must be {TILED_MODE!r} or {TRAINING_MODE!r}, got {mode!r}.")
     q, k, v = tiled_inputs(config, device, seed)
-    functions = {"scores": explicit_attention,
-                 "tiled": lambda q, k, v: tiled_attention(q, k, v, block_size=block_size),
-                 "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)}
+    functions = tiled_functions(block_size)
+    upstream = tiled_inputs(config, device, seed + 1)[0]  # the gradient of the output
 
     def no_grad(fn):
         def call():
@@ -56,4 +101,25 @@ def tiled_calls(config: BenchConfig, block_size: int, device="cpu", seed: int = 
                 return fn(q, k, v)
         return call
 
-    return {name: no_grad(functions[name]) for name in TILED_IMPLEMENTATIONS}
+    def training(fn):
+        def call():
+            leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+            return torch.stack(torch.autograd.grad(fn(*leaves), leaves, upstream))  # (3, B, h, T, d_h)
+        return call
+
+    wrap = no_grad if mode == TILED_MODE else training
+    return {name: wrap(functions[name]) for name in TILED_IMPLEMENTATIONS}
+
+
+def tiled_saved_bytes(config: BenchConfig, block_size: int, device="cpu", seed: int = 1) -> dict:
+    """Name -> what autograd keeps for the backward of that way (:func:`saved_tensor_bytes`).
+
+    Example:
+        >>> saved = tiled_saved_bytes(BenchConfig("tiny", 1, 256, 16, 2, 8, ""), block_size=64)
+        >>> saved["tiled"] == saved["sdpa"] < saved["scores"]  # q, k, v, the output; one number a row
+        True
+    """
+    q, k, v = tiled_inputs(config, device, seed)
+    functions = tiled_functions(block_size)
+    leaves = [t.requires_grad_() for t in (q, k, v)]
+    return {name: saved_tensor_bytes(lambda fn=functions[name]: fn(*leaves)) for name in TILED_IMPLEMENTATIONS}

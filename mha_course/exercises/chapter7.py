@@ -1,15 +1,17 @@
-"""Exercises of chapter 7, attention without the score matrix: the online-softmax update, the causal tile skip.
+"""Exercises of chapter 7, attention without the score matrix: the online-softmax update, the causal tile
+skip, the backward pass from the saved state.
 
-The references are the package's: the update inside :func:`mha_course.tiled.tiled_loop` (7.1) and
-:func:`mha_course.tiled.tile_kind` (7.2). An answer that calls :func:`~mha_course.tiled_attention`,
-PyTorch's fused kernel or ``tile_kind`` is refused (see :mod:`~mha_course.exercises.shortcuts`).
+The references are the package's: the update inside :class:`mha_course.tiled.TiledAttention` (7.1),
+:func:`mha_course.tiled.tile_kind` (7.2) and the gradients of :func:`mha_course.tiled_attention` (7.3).
+An answer that calls ``tiled_attention``, PyTorch's fused kernel or ``tile_kind`` is refused (see
+:mod:`~mha_course.exercises.shortcuts`).
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..tiled import COMPUTED, CUT, SKIPPED, TiledMultiHeadAttention, tile_kind, tiled_attention, tiled_loop
+from ..tiled import COMPUTED, CUT, SKIPPED, TiledAttention, TiledMultiHeadAttention, tile_kind, tiled_attention
 from .framework import Check, Exercise, Mistake
 from .probes import chooser, device_check, generator, probe_on_devices
 from .records import Failed, Recorder, describe, expect_close, format_shape, plain, same, seed_of, value_of
@@ -42,6 +44,31 @@ def update_variant(row_max, row_sum, acc, scores, values, *, rescale_acc: bool =
     new_sum = (row_sum * factor if rescale_sum else row_sum) + weights.sum(-1, keepdim=True)
     new_acc = (acc * factor if rescale_acc else acc) + weights @ values  # (..., b, d_v)
     return new_max, new_sum, new_acc
+
+
+@torch.no_grad()
+def update_slip(row_max, row_sum, acc, scores, values, *, slip: str):
+    """One online-softmax step with one of the slips of 7.1 that ``update_variant`` does not model.
+
+    ``"max-kept"``: the old maximum returned; ``"tile-max-only"``: the tile's maximum taken for the
+    running one; ``"base-2"``: ``exp2`` without the factor log2(e); ``"old-max-weights"``: the
+    tile's exponentials taken against the old maximum; ``"acc-normalised"``: the accumulator divided
+    by the sum at every step; ``"sum-over-rows"``: the tile summed over its rows; ``"tile-only"``:
+    the state of this tile alone, the incoming state dropped.
+    """
+    tile_max = scores.amax(-1, keepdim=True)  # (..., b, 1)
+    new_max = tile_max if slip in ("tile-max-only", "tile-only") else torch.maximum(row_max, tile_max)
+    exp = torch.exp2 if slip == "base-2" else torch.exp
+    weights = exp(scores - (row_max if slip == "old-max-weights" else new_max))  # (..., b, c)
+    rescale = exp(row_max - new_max)  # (..., b, 1)
+    tile_sum = weights.sum(-2 if slip == "sum-over-rows" else -1, keepdim=True)
+    if slip == "tile-only":
+        return new_max, tile_sum, weights @ values
+    new_sum = row_sum * rescale + tile_sum
+    new_acc = acc * rescale + weights @ values  # (..., b, d_v)
+    if slip == "acc-normalised":
+        new_acc = new_acc / new_sum
+    return (row_max if slip == "max-kept" else new_max), new_sum, new_acc
 
 
 #: The cases of 7.1: the first tile (an empty state), a tile that raises some rows' maximum and not
@@ -197,6 +224,20 @@ def _update_like(key: str = "grows", **how):
     return detect
 
 
+def _slip_like(slip: str, key: str = "grows"):
+    """A detector: on case ``key`` the answer's whole state equals :func:`update_slip`'s with ``slip``."""
+    def detect(record):
+        tiles, values = update_case(seed_of(record), key)
+        state = empty_state(tiles[0], values[0])
+        if key == "grows":
+            state = update_variant(*state, tiles[0], values[0])
+        expected = update_slip(*state, tiles[-1] if key == "grows" else tiles[0],
+                               values[-1] if key == "grows" else values[0], slip=slip)
+        got = plain(record[key])
+        return isinstance(got, list) and len(got) == 3 and all(same(g, e) for g, e in zip(got, expected))
+    return detect
+
+
 def _no_running_max(record) -> bool:
     # Right on ordinary scores once divided, but exp() of the raw scores: the first tile's sum shows it.
     return _update_like("first", running_max=False)(record)
@@ -248,8 +289,43 @@ UPDATE = Exercise(
                 "Your rescaling factor is upside down, exp(new_max - row_max), which is at least 1. Moving "
                 "from the old maximum to a larger new one SHRINKS what was summed: exp(row_max - new_max).",
                 _update_like(rescale="inverted")),
+        Mistake("max-kept",
+                "You returned the old maximum, row_max, as the new one. The next tile's rescaling reads "
+                "it: return new_max = torch.maximum(row_max, tile_max), against which this tile's "
+                "exponentials were taken.",
+                _slip_like("max-kept", "first")),
+        Mistake("tile-max-only",
+                "Your running maximum is this tile's maximum alone. Where an earlier tile held the "
+                "larger score, the maximum must stay: new_max = torch.maximum(row_max, "
+                "scores.amax(-1, keepdim=True)).",
+                _slip_like("tile-max-only")),
+        Mistake("tile-only",
+                "You returned this tile's state alone and dropped the incoming one. The state carries "
+                "every earlier tile: rescale row_sum and acc by exp(row_max - new_max), then add the "
+                "tile's own terms.",
+                _slip_like("tile-only")),
+        Mistake("base-2",
+                "You used powers of 2 (torch.exp2) as if they were powers of e: the weights are "
+                "2^(s - m), a softmax of s * ln 2. Kernels use exp2 only with the scores multiplied by "
+                "log2(e) = 1.4427 first; torch.exp needs nothing.",
+                _slip_like("base-2", "first")),
+        Mistake("old-max-weights",
+                "You took this tile's exponentials against the OLD maximum, exp(scores - row_max): "
+                "before the first tile that is exp(s + inf) = inf, and a score above the old maximum "
+                "overflows too. Subtract the new maximum: torch.exp(scores - new_max).",
+                _slip_like("old-max-weights")),
+        Mistake("acc-normalised",
+                "You divided the accumulator by the sum at every step. The update keeps the numerator "
+                "and the denominator apart and divides once, after the last tile: return "
+                "acc * rescale + weights @ values as it is.",
+                _slip_like("acc-normalised")),
+        Mistake("sum-over-rows",
+                "You summed the tile's exponentials over its rows (dim=-2), one sum per key. The "
+                "softmax's denominator is one sum per query row, over the keys: "
+                "weights.sum(dim=-1, keepdim=True).",
+                _slip_like("sum-over-rows", "first")),
     ),
-    shortcuts=package(tiled_attention, tiled_loop, TiledMultiHeadAttention,
+    shortcuts=package(tiled_attention, TiledAttention, TiledMultiHeadAttention,
                       why="It runs the package's own loop, update included: write the update yourself.")
     + torch_attention("The fused kernel computes attention whole: write the update of one tile yourself."),
 )
@@ -382,7 +458,171 @@ TILES = Exercise(
     shortcuts=package(tile_kind),
 )
 
-EXERCISES = (UPDATE, TILES)
+# ----------------------------------------------------------------------------------------------
+# 7.3 The backward of one tile
 
-__all__ = ["EXERCISES", "update_case", "update_variant", "empty_state", "run_updates", "tile_case", "tile_grid",
-           "tile_variant"]
+#: The cases of 7.3: ``one`` (one sequence, one head), ``heads`` (a batch of several heads) and
+#: ``large`` (float64 scores in the thousands, which overflow exp() without the maximum; float64, so
+#: that the gradients, which such scores make ill-conditioned, are compared to many digits).
+BACKWARD_CASES = ("one", "heads", "large")
+
+
+def backward_case(seed: int, key: str):
+    """``(queries, keys, values, grad_out)`` of one case of 7.3, ``(B, h, T, d_h)`` each."""
+    draw, g = chooser(seed, f"7.3 {key}"), generator(seed, f"7.3 {key}")
+    batch, heads = (2, draw.randint(2, 3)) if key == "heads" else (1, 1)
+    tokens, head_dim = draw.randint(4, 7), draw.randint(3, 5)
+    scale, dtype = (60.0, torch.float64) if key == "large" else (1.0, torch.float32)
+    q, k = (scale * torch.randn(batch, heads, tokens, head_dim, generator=g, dtype=dtype) for _ in range(2))
+    v, d_out = (torch.randn(batch, heads, tokens, head_dim, generator=g, dtype=dtype) for _ in range(2))
+    return q, k, v, d_out
+
+
+@torch.no_grad()
+def forward_state(queries, keys, values):
+    """What the forward pass leaves for the backward: ``(out, row_max, row_sum)``, the last two
+    ``(B, h, T, 1)``: the causal scores' maximum and the sum of their exponentials, per row."""
+    num_tokens = queries.shape[-2]
+    scores = (queries @ keys.transpose(-2, -1)) * queries.shape[-1] ** -0.5  # (B, h, T, T)
+    future = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=queries.device).triu(1)
+    scores = scores.masked_fill(future, -torch.inf)
+    row_max = scores.amax(-1, keepdim=True)
+    weights = torch.exp(scores - row_max)
+    row_sum = weights.sum(-1, keepdim=True)
+    return (weights / row_sum) @ values, row_max, row_sum
+
+
+def backward_inputs(seed: int, key: str):
+    """The arguments of ``attention_backward`` for case ``key``:
+    ``(queries, keys, values, out, row_max, row_sum, grad_out)``."""
+    q, k, v, d_out = backward_case(seed, key)
+    return (q, k, v, *forward_state(q, k, v), d_out)
+
+
+@torch.no_grad()
+def backward_variant(queries, keys, values, out, row_max, row_sum, grad_out, *, mistake: str | None = None):
+    """The gradients ``(dq, dk, dv)`` of causal attention from the saved state, with a chosen
+    mistake of the catalogue of 7.3 (``None``: the right ones)."""
+    scale = queries.shape[-1] ** -0.5
+    scores = (queries @ keys.transpose(-2, -1)) * scale  # (B, h, T, T)
+    if mistake != "no-causal-mask":
+        num_tokens = queries.shape[-2]
+        future = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=queries.device).triu(1)
+        scores = scores.masked_fill(future, -torch.inf)
+    lse = torch.log(row_sum) + (0 if mistake == "lse-without-max" else row_max)  # (B, h, T, 1)
+    p = torch.exp(scores - lse)  # the probabilities, recomputed
+    d_v = p.transpose(-2, -1) @ grad_out
+    d_p = grad_out @ values.transpose(-2, -1)
+    d = p.sum(-1, keepdim=True) if mistake == "d-from-p" else (grad_out * out).sum(-1, keepdim=True)
+    d_s = p * d_p if mistake == "no-d" else p * (d_p - d)
+    if mistake != "grads-not-scaled":
+        d_s = d_s * scale
+    return d_s @ keys, d_s.transpose(-2, -1) @ queries, d_v
+
+
+def _probe_backward(attention_backward, rec: Recorder) -> None:
+    for key in BACKWARD_CASES:
+        rec.call(key, attention_backward, *backward_inputs(rec.seed, key))
+    inputs = backward_inputs(rec.seed, "one")
+    probe_on_devices(rec, "on", lambda device: attention_backward(*(t.to(device) for t in inputs))[0])
+
+
+def _backward_call(seed: int, key: str) -> str:
+    q = backward_case(seed, key)[0]
+    size = f"queries, keys and values of shape {format_shape(q.shape)}"
+    return {"one": size, "heads": size, "large": f"{size}, float64 scores in the thousands"}[key]
+
+
+def _gradients_of(record, key: str):
+    """The learner's ``(dq, dk, dv)`` for case ``key``; a :class:`Failed` unless three tensors."""
+    summary = value_of(record, key, f"attention_backward on {_backward_call(seed_of(record), key)}")
+    got = plain(summary)
+    if not isinstance(got, list) or len(got) != 3 or not all(isinstance(t, torch.Tensor) for t in got):
+        raise Failed("three tensors (dq, dk, dv)", describe(summary))
+    return got
+
+
+def _expected_gradients(seed: int, key: str):
+    """The package's gradients: autograd through :func:`~mha_course.tiled_attention`'s own backward."""
+    q, k, v, d_out = backward_case(seed, key)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    return torch.autograd.grad(tiled_attention(*leaves, block_size=2), leaves, d_out)
+
+
+def _gradient_check(key: str, parts=(0, 1, 2)):
+    names = ("dq", "dk", "dv")
+
+    def run(record):
+        got = _gradients_of(record, key)
+        expected = _expected_gradients(seed_of(record), key)
+        for index in parts:
+            if not bool(torch.isfinite(got[index]).all()):
+                raise Failed(f"finite {names[index]} on {_backward_call(seed_of(record), key)}",
+                             "inf or nan")
+            try:
+                expect_close(got[index], expected[index], labels=("sequence", "head", "token"))
+            except Failed as failure:
+                raise Failed(f"{names[index]} {failure.expected} on {_backward_call(seed_of(record), key)}",
+                             failure.got) from None
+    return run
+
+
+def _backward_like(mistake: str, key: str = "heads"):
+    def detect(record):
+        got = plain(record[key])
+        expected = backward_variant(*backward_inputs(seed_of(record), key), mistake=mistake)
+        return isinstance(got, list) and len(got) == 3 and all(same(g, e) for g, e in zip(got, expected))
+    return detect
+
+
+BACKWARD = Exercise(
+    id="7.3",
+    title="the backward from the saved state",
+    answer_name="attention_backward",
+    signature="attention_backward(queries, keys, values, out, row_max, row_sum, grad_out)",
+    probe=_probe_backward,
+    checks=(
+        Check("returns (dq, dk, dv)", lambda r: _gradients_of(r, "one")),
+        Check("dv = P^T dO, P recomputed from the saved state", _gradient_check("one", (2,))),
+        Check("dq, through D and the scale", _gradient_check("one", (0,))),
+        Check("dk, through D and the scale", _gradient_check("one", (1,))),
+        Check("a batch of several heads", _gradient_check("heads")),
+        Check("scores in the thousands stay finite", _gradient_check("large")),
+        Check("output on the input's device", device_check("on", "attention_backward", DEVICE_HINT)),
+    ),
+    mistakes=(
+        Mistake("no-causal-mask",
+                "You recomputed the probabilities without the causal mask: P = exp(S - L) is then "
+                "non-zero for keys after their query, which the forward pass never weighed. Mask S "
+                "(-inf above the diagonal) before the exp, as the forward did; in the tiled loop the "
+                "backward skips the same tiles.",
+                _backward_like("no-causal-mask")),
+        Mistake("lse-without-max",
+                "Your log-sum-exp is log(row_sum) alone. row_sum was summed against the row's maximum, "
+                "sum_j exp(s_ij - m_i), so log sum_j exp(s_ij) = row_max + log(row_sum): add the maximum "
+                "back, or P = exp(S - L) is off by exp(m_i) and overflows for large scores.",
+                _backward_like("lse-without-max")),
+        Mistake("d-from-p",
+                "Your D is the row sum of P, which is 1 for every row. D is the row sum of dO * O "
+                "(equal to the row sum of P * dP): D = (grad_out * out).sum(-1, keepdim=True), from the "
+                "saved output.",
+                _backward_like("d-from-p")),
+        Mistake("no-d",
+                "You took dS = P * dP, without D. The softmax couples a row's entries: "
+                "dS = P * (dP - D), with D = (grad_out * out).sum(-1, keepdim=True) per row.",
+                _backward_like("no-d")),
+        Mistake("grads-not-scaled",
+                "Your dq and dk miss the factor 1/sqrt(d_h). The scores are S = Q K^T / sqrt(d_h), so "
+                "dQ = dS K / sqrt(d_h) and dK = dS^T Q / sqrt(d_h); dv is right.",
+                _backward_like("grads-not-scaled")),
+    ),
+    shortcuts=package(tiled_attention, TiledAttention, TiledMultiHeadAttention,
+                      why="It runs the package's own backward: write the gradients yourself.")
+    + torch_attention("The fused kernel's backward computes the gradients for you: write them yourself."),
+)
+
+EXERCISES = (UPDATE, TILES, BACKWARD)
+
+__all__ = ["EXERCISES", "update_case", "update_variant", "update_slip", "empty_state", "run_updates", "tile_case",
+           "tile_grid", "tile_variant", "backward_case", "backward_inputs", "forward_state", "backward_variant"]
+
