@@ -46,6 +46,7 @@ from pathlib import Path
 from ..exercises.framework import ERROR
 from .grading_setup import raise_it
 from .notebook_run import first_line, seconds
+from .confinement import TOKEN_VARIABLE, sweep
 from .package_files import PackageSnapshot, site_folders
 
 #: The status of an answer that was still running when its check's time was up.
@@ -106,33 +107,42 @@ class AnswerProcess:
 
     Args:
         package: the folder holding the private copy of the package it imports.
-        folder: its working folder (its standard error is kept there, to say why it ended).
+        folder: its working folder, the only one it may write in once it is confined (its
+            standard error is kept there, to say why it ended).
+        token: the notebook's token (:mod:`mha_course.grading.confinement`), put in its environment.
+        path: folders it finds modules in after the package's copy, before site-packages (those
+            the notebook's kernel had on its ``PYTHONPATH``).
     """
 
-    #: The code it runs (``python -c``), given the pipe's write end, the package's folder and the
-    #: site folders as arguments.
+    #: The code it runs (``python -c``), given its end of the socket, the package's folder and the
+    #: other folders of its path as arguments.
     BOOT = ("import sys; sys.path.insert(0, sys.argv[2]); sys.path.extend(sys.argv[3:]); "
             "from mha_course.grading.answer_probing import main; main()")
 
-    def __init__(self, package: Path, folder: Path):
-        read, write = multiprocessing.Pipe(duplex=False)
+    def __init__(self, package: Path, folder: Path, token: str = "", path: list[Path] = ()):
+        # A socket pair, not a pipe: a pipe's end can be opened again by any process of the same
+        # user through /proc/<pid>/fd/<n>, a socket's cannot.
+        mine, theirs = multiprocessing.Pipe(duplex=True)
         self.stderr = tempfile.TemporaryFile(dir=folder)
+        env = {**os.environ, TOKEN_VARIABLE: token, "PYTHONDONTWRITEBYTECODE": "1"}
         # -S: no .pth file of site-packages runs here (a notebook may have written one); the
         # site folders are put on the path as they are. A session of its own: close() kills
         # whatever the notebook's code started there too.
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-B", "-c", self.BOOT, str(write.fileno()), str(package),
-                 *map(str, site_folders())],
-                cwd=folder, pass_fds=(write.fileno(),), start_new_session=True,
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self.stderr)
+                [sys.executable, "-I", "-S", "-B", "-c", self.BOOT, str(theirs.fileno()), str(package),
+                 *map(str, [*path, *site_folders()])],
+                cwd=folder, pass_fds=(theirs.fileno(),), start_new_session=True, env=env,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.stderr)
         except BaseException:
-            read.close()
+            mine.close()
             self.stderr.close()
             raise
         finally:
-            write.close()
-        self.frames = Frames(read)
+            theirs.close()
+        self.connection = mine
+        self.token = token
+        self.frames = Frames(mine)
         self.closed = False
         self.is_ready = False
 
@@ -143,8 +153,7 @@ class AnswerProcess:
 
     def send(self, work: dict) -> None:
         try:
-            self.process.stdin.write(marshal.dumps(work))
-            self.process.stdin.close()
+            self.connection.send_bytes(marshal.dumps(work))
         except OSError:  # it died already; the frames will say so
             pass
 
@@ -169,22 +178,21 @@ class AnswerProcess:
             except OSError:  # the group is gone already
                 pass
         self.process.wait()
-        if self.process.stdin and not self.process.stdin.closed:
-            try:
-                self.process.stdin.close()
-            except OSError:
-                pass
+        if self.token:  # and whatever it started that left its process group
+            sweep(self.token)
         self.stderr.close()
 
 
 def answer_records(snapshot: PackageSnapshot, folder: Path, cells: list[tuple[int, str]],
-                   answers: list[tuple[str, str]], check_timeout: float, first: AnswerProcess | None = None,
-                   start_timeout: float = ANSWER_PROCESS_START) -> dict[str, tuple]:
+                   answers: list[tuple[str, str]], check_timeout: float, start_timeout: float = ANSWER_PROCESS_START,
+                   token: str = "", path: list[Path] = ()) -> dict[str, tuple]:
     """Replay the definitions and probe every answer in fresh processes; one result per exercise:
     ``(RECORD, data)``, ``(TAMPERED, names)``, ``(TIMED_OUT,)`` or ``(ERROR, why)``.
 
     ``cells`` are the cells that ran, as ``(number, python source)``; ``answers`` the exercises
-    wanted, as ``(exercise id, answer name)``. ``first`` is a process started already. A process
+    wanted, as ``(exercise id, answer name)``. Process ``N`` imports a copy of the package written
+    to ``folder/process-N/package`` and works in ``folder/process-N/work``; ``token`` and ``path``
+    are given to each (see :class:`AnswerProcess`). A process
     gets ``start_timeout`` seconds (the notebook's ``--timeout``) to import everything and replay
     the definitions; one that takes longer gives ``(TIMED_OUT, why)`` for every answer left. A definition
     whose replay raises (say ``x = mha.mask`` after ``mha = ...`` was left out) is not reported:
@@ -194,10 +202,9 @@ def answer_records(snapshot: PackageSnapshot, folder: Path, cells: list[tuple[in
     attempt = 0
     while remaining:
         attempt += 1
-        if attempt == 1 and first is not None:
-            process = first
-        else:
-            process = AnswerProcess(snapshot.write_copy(folder / f"package-{attempt}"), folder)
+        base = folder / f"process-{attempt}"
+        (base / "work").mkdir(parents=True)
+        process = AnswerProcess(snapshot.write_copy(base / "package"), base / "work", token, path)
         try:
             if process.ready(time.monotonic() + start_timeout):
                 # Ready, it reads all of its standard input before any of the notebook's code runs.
