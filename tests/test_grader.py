@@ -92,7 +92,7 @@ def graded(tmp_path_factory):
     env.pop("MHA_COURSE_CHECK_SEED", None)  # every check draws its seed, as for a learner
     notebooks = folder / "notebooks"
     shutil.copytree(NOTEBOOKS, notebooks)
-    written = {"05_why_several_heads.ipynb": CHAPTER_5, **_fixes_the_seed()}
+    written = {"05_why_several_heads.ipynb": CHAPTER_5, "honest_bindings.ipynb": HONEST_BINDINGS, **_fixes_the_seed()}
     for name, cells in written.items():
         nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), notebooks / name)
     out = folder / "scores.json"
@@ -340,6 +340,51 @@ def test_the_instructors_solutions_pass_when_graded_several_at_a_time(tmp_path):
               if e["status"] != "passed"]
     assert failed == [], failed
     assert len(reports) == len(SEEDED_CHAPTERS) and all(r["events"] == [] for r in reports), [r["events"] for r in reports]
+
+
+#: Right answers whose names are bound by a call (a decorator applied by hand, functools.partial,
+#: lru_cache over a name the notebook first imported from the package), and a lambda that reads a
+#: constant computed by a call: the grader judges what the notebook bound to each name.
+HONEST_BINDINGS = [
+    "import functools\nimport torch\nfrom mha_course import check\nfrom mha_course.tiled import tile_kind",
+    "def _update(row_max, row_sum, acc, scores, values):\n"
+    "    new_max = torch.maximum(row_max, scores.max(dim=-1, keepdim=True).values)\n"
+    "    weights, rescale = torch.exp(scores - new_max), torch.exp(row_max - new_max)\n"
+    "    return new_max, row_sum * rescale + weights.sum(dim=-1, keepdim=True), acc * rescale + weights @ values\n"
+    "online_softmax_update = torch.no_grad()(_update)",
+    'check("7.1", online_softmax_update)',
+    "def _kind(q_start, k_start, block_size, num_tokens):\n"
+    "    last_query = min(q_start + block_size, num_tokens) - 1\n"
+    "    last_key = min(k_start + block_size, num_tokens) - 1\n"
+    "    if k_start > last_query:\n        return 'skipped'\n"
+    "    return 'cut' if last_key > q_start else 'computed'\n"
+    "tile_kind = functools.lru_cache(maxsize=None)(_kind)",
+    'check("7.2", tile_kind)',
+    "def _copy(attention, mha, transpose):\n"
+    "    q, k, v = attention.c_attn.weight.split(mha.d_out, dim=1)\n"
+    "    qb, kb, vb = attention.c_attn.bias.split(mha.d_out)\n"
+    "    with torch.no_grad():\n"
+    "        for linear, w, b in zip((mha.W_query, mha.W_key, mha.W_value), (q, k, v), (qb, kb, vb)):\n"
+    "            linear.weight.copy_(w.t() if transpose else w)\n"
+    "            linear.bias.copy_(b)\n"
+    "        mha.out_proj.weight.copy_(attention.c_proj.weight.t() if transpose else attention.c_proj.weight)\n"
+    "        mha.out_proj.bias.copy_(attention.c_proj.bias)\n"
+    "    return mha\n"
+    "copy_gpt2_weights = functools.partial(_copy, transpose=True)",
+    'check("8.1", copy_gpt2_weights)',
+    "KEYS_AND_VALUES = int(torch.tensor(2))",
+    "kv_cache_size = lambda num_layers, num_heads, num_kv_groups, head_dim, num_tokens, batch_size, bytes_per_number: (\n"
+    "    KEYS_AND_VALUES * num_layers * num_kv_groups * head_dim * num_tokens * batch_size * bytes_per_number)",
+    'check("6.3", kv_cache_size)',
+]
+
+
+@POSIX_GRADING
+def test_answers_bound_by_a_call_or_reading_a_constant_from_a_lambda_pass_in_the_grader(graded):
+    report = graded.by_name["honest_bindings.ipynb"]
+    statuses = {e["id"]: e["status"] for e in report["exercises"] if e["id"] in ("6.3", "7.1", "7.2", "8.1")}
+    assert statuses == dict.fromkeys(("6.3", "7.1", "7.2", "8.1"), "passed"), report
+    assert not [e for e in report["events"] if "printed" in e], report["events"]
 
 
 def _fixes_the_seed() -> dict[str, list[str]]:

@@ -162,8 +162,12 @@ def _orphans() -> list[int]:
     """Processes handed to this one when their parent died (see :func:`adopt_orphans`) that carry no
     token: a notebook's process that started again without its environment."""
     mine = os.getpid()
-    return [pid for pid in _processes() if _parent(pid) == mine and TOKEN_VARIABLE.encode()
-            not in (_environment(pid) or TOKEN_VARIABLE.encode())]
+    found = []
+    for pid in _processes():
+        environment = _environment(pid) if _parent(pid) == mine else None  # (None for a zombie)
+        if environment is not None and f"{TOKEN_VARIABLE}=".encode() not in environment:
+            found.append(pid)
+    return found
 
 
 def sweep(token: str, orphans: bool = False, rounds: int = 200) -> list[int]:

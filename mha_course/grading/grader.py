@@ -8,19 +8,22 @@ For each notebook the grader
    as a whole; a cell that raises, or runs too long ("timed out", with the limit and the flag that
    raises it), is reported and the run goes on, as "Run all" would with errors allowed; a kernel that dies, or a cell that calls ``exit()``, ends the run and
    is blamed on the cell that did it (:mod:`mha_course.grading.notebook_run`). The learner's file
-   is never written to. What the notebook printed is kept, to compare with the verdicts;
+   is never written to. What the notebook printed is kept, to compare with the verdicts. The kernel,
+   and every process it starts, carries the notebook's token and may write only in the notebook's
+   folder (:mod:`mha_course.grading.confinement`); once the kernel is gone, every process holding
+   the token is ended;
 2. checks that the notebook did not change the package's files, neither its private copy nor the
    installed ones; one that did is not scored. The grader never writes into the installed package
    (often a contributor's working tree): an installed file that changed is reported and left as
    it is (:mod:`mha_course.grading.package_files`);
-3. finds the answers in a *fresh* process (:mod:`mha_course.grading.answer_process`, which runs
-   :mod:`mha_course.grading.answer_probing`), against another private copy of the package: it
-   replays only the statements of the cells that ran which define names (imports, ``def``,
-   ``class``, plain assignments, the assignments of what those definitions read; see
-   :mod:`mha_course.exercises.definitions`), probes each answer by
-   its name (``build_causal_mask``, ...) as ``check`` does, and sends back what the answer did as
-   plain data. Patches of torch or of the package made by the notebook's other cells never run
-   there, and an answer that changes them while it is checked is not scored;
+3. finds the answers in a *fresh* process, started only then and confined likewise
+   (:mod:`mha_course.grading.answer_process`, which runs :mod:`mha_course.grading.answer_probing`),
+   against another private copy of the package: it replays only the statements of the cells that
+   ran which define names (imports, ``def``, ``class``, plain assignments, the assignments of what
+   those definitions read, every assignment to an answer's name; see
+   :mod:`mha_course.exercises.definitions`), probes each answer by its name
+   (``build_causal_mask``, ...) as ``check`` does, and sends back what the answer did as plain data.
+   Patches of torch or of the package made by the notebook's other cells never run there;
 4. judges those records against the package's reference in its own process, which never ran any
    notebook code, and reports every disagreement between the verdict and the line the notebook
    printed, in either direction (:mod:`mha_course.grading.report`);

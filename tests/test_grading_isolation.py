@@ -1,0 +1,145 @@
+"""No notebook can change another notebook's grade, nor what later gradings use.
+
+Each attack of tests/notebooks/ is graded before two victims, in one run of the grade command:
+raises.ipynb (one answer right, one wrong, one not done: a forged record or a judge that passes
+everything would show) and a notebook whose right answer imports a small library, ``course_helper``,
+inside the answer, as chapter 8's answers import transformers. The victims must get, in that run and
+in a later one, exactly the grade they get alone. The attacks:
+
+* daemon_outlives_its_kernel: two daemons that leave the kernel's session (one starts again with an
+  empty environment) and kill every kernel and answer process after it;
+* plants_bytecode: an unchecked-hash ``.pyc`` of the checks' framework, whose judge passes everything,
+  planted in every ``__pycache__`` it can reach (the installed package: a copy made here);
+* edits_a_library: rewrites ``course_helper`` (installed in a folder made here) to return a wrong mask;
+* forges_frames: writes forged records into every file descriptor of the answer processes (and the
+  grader) it can open through ``/proc``, graded beside a victim (``--jobs 2``) so that the victim's
+  answer process runs while it tries.
+
+Everything runs on copies under ``tmp_path``: the attacks are told the test's folders (and a marker
+that keeps them to the test's own processes), never the repository's or the virtual environment's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from conftest import POSIX_GRADING
+from mha_course.grading.confinement import landlock_version
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = Path(__file__).parent / "notebooks"
+
+#: The attacks are refused by Landlock (writes and, from version 6, signals); elsewhere the grader
+#: runs unconfined and says so.
+CONFINED = pytest.mark.skipif(landlock_version() < 6, reason="the grader confines notebooks with Landlock 6 (Linux 6.12)")
+
+HELPER = "import torch\n\n\ndef future_mask(n, device=None):\n    return torch.ones(n, n, dtype=torch.bool, device=device).triu(1)\n"
+USES_A_LIBRARY = [
+    "from mha_course import check",
+    "def build_causal_mask(num_tokens, device=None):\n    from course_helper import future_mask\n"
+    "    return future_mask(num_tokens, device)",
+    'check("1.1", build_causal_mask)',
+]
+VICTIMS = ["raises.ipynb", "01_uses_a_library.ipynb"]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("isolation")
+    shutil.copytree(ROOT / "mha_course", folder / "installed" / "mha_course",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (folder / "site" / "course_helper").mkdir(parents=True)
+    (folder / "site" / "course_helper" / "__init__.py").write_text(HELPER, encoding="utf-8")
+    notebooks = folder / "notebooks"
+    notebooks.mkdir()
+    for name in ["raises.ipynb", "daemon_outlives_its_kernel.ipynb", "plants_bytecode.ipynb",
+                 "edits_a_library.ipynb", "forges_frames.ipynb"]:
+        shutil.copy(NOTEBOOKS / name, notebooks / name)
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in USES_A_LIBRARY]),
+                   notebooks / "01_uses_a_library.ipynb")
+    marker = f"isolation-{uuid.uuid4().hex}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder / "installed"), str(folder / "site")]),
+           "PYTHONDONTWRITEBYTECODE": "1", "MHA_COURSE_CHECK_SEED": "1234", "MHA_COURSE_TEST_MARKER": marker,
+           "MHA_COURSE_TEST_TARGETS": str(folder / "installed")}
+    return folder, notebooks, env, marker
+
+
+def grade(folder: Path, notebooks: list[Path], env: dict[str, str], name: str, *options: str) -> dict[str, dict]:
+    """Run the grade command; each notebook's grade: its exercises' (id, status, checks, line) and events."""
+    out = folder / f"{name}.json"
+    process = subprocess.run([sys.executable, "-m", "mha_course", "grade", *map(str, notebooks), "--json", str(out),
+                              "--timeout", "600", "--cell-timeout", "300", "--check-timeout", "120", *options],
+                             cwd=folder, env=env, capture_output=True, text=True, timeout=1800)
+    assert process.returncode == 0, process.stderr
+    reports = json.loads(out.read_text(encoding="utf-8"))["notebooks"]
+    return {Path(r["notebook"]).name: {"exercises": [(e["id"], e["status"], e["checks_passed"], e["line"])
+                                                     for e in r["exercises"]], "events": r["events"]}
+            for r in reports}
+
+
+def marked_processes(marker: str) -> list[int]:
+    """The processes still running whose command line holds ``marker`` (the daemons carry it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@POSIX_GRADING
+@CONFINED
+def test_no_attack_changes_a_later_notebooks_grade_in_the_same_run_or_a_later_one(setup):
+    folder, notebooks, env, marker = setup
+    victims = [notebooks / name for name in VICTIMS]
+    alone = grade(folder, victims, env, "alone")
+    assert [status for _, status, _, _ in alone["raises.ipynb"]["exercises"]] == ["passed", "failed",
+                                                                                  "not implemented"]
+    assert [status for _, status, _, _ in alone["01_uses_a_library.ipynb"]["exercises"]][0] == "passed"
+    attacks = [notebooks / name for name in ["daemon_outlives_its_kernel.ipynb", "plants_bytecode.ipynb",
+                                             "edits_a_library.ipynb"]]
+    attacked = grade(folder, [*attacks, *victims], env, "attacked")
+    for name in VICTIMS:
+        assert attacked[name] == alone[name], name
+    # The attacks failed: nothing they started runs on, nothing they wrote is left.
+    assert marked_processes(marker) == []
+    assert (folder / "site" / "course_helper" / "__init__.py").read_text(encoding="utf-8") == HELPER
+    assert not list((folder / "installed").rglob("__pycache__"))
+    later = grade(folder, victims, env, "later")
+    assert later == alone
+
+
+@POSIX_GRADING
+@CONFINED
+def test_frames_forged_through_proc_reach_no_answer_process(setup):
+    folder, notebooks, env, marker = setup
+    victim = notebooks / "raises.ipynb"
+    alone = grade(folder, [victim], env, "frames-alone")
+    beside = grade(folder, [notebooks / "forges_frames.ipynb", victim], {**env, "MHA_COURSE_TEST_FORGE_SECONDS": "240"},
+                   "frames", "--jobs", "2")
+    assert beside["raises.ipynb"] == alone["raises.ipynb"]
+    assert marked_processes(marker) == []
+
+
+#: What the grader never reaches for: CPython's and torch's private internals, and the interpreter's
+#: hooks into other code (the grader owns its answer process: it needs none of them).
+FORBIDDEN = ["sys._getframe", "_bootstrap_inner", "torch._C", "torch._ops", "sys._current_frames", "gc.get_objects",
+             "gc.get_referrers", "gc.get_referents", "__closure__", "f_back", "f_globals", "sys.setprofile",
+             "sys.settrace", "sys.addaudithook", "threading.setprofile", "co_code", "_thread"]
+
+
+def test_the_grader_reads_no_private_internals():
+    found = [(path.name, name) for path in sorted((ROOT / "mha_course" / "grading").glob("*.py"))
+             for name in FORBIDDEN if name in path.read_text(encoding="utf-8")]
+    assert found == []
