@@ -143,3 +143,30 @@ def test_the_grader_reads_no_private_internals():
     found = [(path.name, name) for path in sorted((ROOT / "mha_course" / "grading").glob("*.py"))
              for name in FORBIDDEN if name in path.read_text(encoding="utf-8")]
     assert found == []
+
+
+def test_an_answer_whose_import_cell_ran_out_of_time_is_timed_out_not_failed():
+    """On a slow machine the cell importing torch may run past its limit: the answer that reads
+    torch then raises NameError in the grader, and the verdict says what happened, not "failed"."""
+    from types import SimpleNamespace
+
+    from mha_course.exercises import EXERCISES
+    from mha_course.exercises.framework import probe
+    from mha_course.grading.answer_process import RECORD
+    from mha_course.grading.answer_probing import to_message
+    from mha_course.grading.report import verdict
+
+    namespace: dict = {}
+    exec("def head_shapes(batch, num_tokens, d_in, d_out, context_length):\n    return torch.Size([batch])",
+         namespace)
+    record = to_message(probe(EXERCISES["1.3"], namespace["head_shapes"], seed=5))
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import torch"),
+                                               nbformat.v4.new_code_cell("def head_shapes(...): ...")])
+    run = SimpleNamespace(ran={1}, timed_out={0}, not_run={0: "cell 1 (`import torch`) timed out after 20 s"},
+                          name=lambda i: f"cell {i + 1} (`{notebook.cells[i].source}`)")
+    score = verdict("1.3", (RECORD, record), run, {0: {"torch"}, 1: {"head_shapes"}}, 30.0)
+    assert score.status == "timed out", score.line
+    assert score.line == ("✗ 1.3: timed out: cell 1 (`import torch`) timed out after 20 s; head_shapes reads torch, "
+                          "which is defined in cell 1 (`import torch`), which did not run to its end")
+    ran = SimpleNamespace(ran={0, 1}, timed_out=set(), not_run={}, name=run.name)  # torch was simply never imported
+    assert verdict("1.3", (RECORD, record), ran, {0: set(), 1: {"head_shapes"}}, 30.0).status == "failed"
