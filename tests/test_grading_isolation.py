@@ -170,3 +170,36 @@ def test_an_answer_whose_import_cell_ran_out_of_time_is_timed_out_not_failed():
                           "which is defined in cell 1 (`import torch`), which did not run to its end")
     ran = SimpleNamespace(ran={0, 1}, timed_out=set(), not_run={}, name=run.name)  # torch was simply never imported
     assert verdict("1.3", (RECORD, record), ran, {0: set(), 1: {"head_shapes"}}, 30.0).status == "failed"
+
+
+CONFINED_CHILD = """
+import os, socket, sys
+from pathlib import Path
+from mha_course.grading.confinement import confine
+confine([Path(sys.argv[1])])
+(Path(sys.argv[1]) / "mine").write_text("allowed")
+for name, attempt in [("write", lambda: Path(sys.argv[2]).write_text("refused")),
+                      ("connect", lambda: socket.create_connection(("127.0.0.1", int(sys.argv[3])), timeout=30)),
+                      ("signal", lambda: os.kill(int(sys.argv[4]), 0))]:
+    try:
+        attempt()
+        print(name, "allowed")
+    except OSError as error:
+        print(name, "refused", type(error).__name__)
+"""
+
+
+@POSIX_GRADING
+@CONFINED
+def test_a_confined_process_writes_only_in_its_folder_connects_nowhere_and_signals_nothing_outside(tmp_path):
+    import socket
+
+    (tmp_path / "own").mkdir()
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        out = subprocess.run([sys.executable, "-c", CONFINED_CHILD, str(tmp_path / "own"), str(tmp_path / "outside"),
+                              str(port), str(os.getpid())], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["write refused PermissionError", "connect refused PermissionError",
+                                       "signal refused PermissionError"]
+    assert (tmp_path / "own" / "mine").read_text() == "allowed" and not (tmp_path / "outside").exists()

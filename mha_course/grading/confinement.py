@@ -10,9 +10,9 @@ On Linux 5.13 or later the processes are also *confined* with Landlock (:func:`c
 sandbox any process may put itself in, which it and its children can never leave: they may write
 only beneath the folders the grader gives them (the notebook's own temporary folder) and in
 ``/dev``. So a notebook cannot edit the installed package, site-packages (the libraries every later
-grading imports), their ``__pycache__``, or another notebook's files. Where the kernel offers it
-(Linux 6.12), a confined process cannot signal, trace or read the file descriptors of processes
-outside its sandbox either: neither the grader, nor another notebook's processes. Elsewhere
+grading imports), their ``__pycache__``, or another notebook's files; it cannot trace processes
+outside its sandbox, nor open TCP connections (to another notebook's kernel; from Linux 6.7), nor
+signal them (from Linux 6.12): neither the grader's nor another notebook's. Elsewhere
 :func:`landlock_version` is 0 and grading runs without confinement; the grader then still finds the
 edits it can see (:mod:`mha_course.grading.package_files`), after the fact.
 
@@ -43,7 +43,9 @@ _PR_SET_CHILD_SUBREAPER = 36
 #: Filesystem rights that change something: write, remove, make (char, dir, file, socket, fifo,
 #: block, symlink), then "refer" (links and renames across folders, version 2) and truncate (3).
 _WRITE_RIGHTS = {1: sum(1 << bit for bit in (1, 4, 5, 6, 7, 8, 9, 10, 11, 12)), 2: 1 << 13, 3: 1 << 14}
-#: Version 6: no signals to, nor abstract sockets of, processes outside the sandbox.
+#: Version 4: no TCP connections (to another notebook's kernel, say); version 6: no signals to, nor
+#: abstract sockets of, processes outside the sandbox.
+_CONNECT_TCP = 1 << 1
 _SCOPES = (1 << 0) | (1 << 1)
 
 
@@ -75,7 +77,8 @@ class _PathBeneathAttr(ctypes.Structure):
 
 def confine(writable: list[Path]) -> int:
     """Confine this process and every process it starts, for good: writes only beneath the folders
-    in ``writable`` and ``/dev``; no signals to processes outside (where the kernel offers it).
+    in ``writable`` and ``/dev``; no TCP connections, no signals to processes outside (where the
+    kernel offers it: Landlock 4 and 6).
     Returns the Landlock version used, 0 if none is offered (nothing is confined then).
 
     Raises:
@@ -86,7 +89,7 @@ def confine(writable: list[Path]) -> int:
         return 0
     libc = _libc()
     rights = sum(bits for since, bits in _WRITE_RIGHTS.items() if version >= since)
-    attr = _RulesetAttr(rights, 0, _SCOPES if version >= 6 else 0)
+    attr = _RulesetAttr(rights, _CONNECT_TCP if version >= 4 else 0, _SCOPES if version >= 6 else 0)
     size = 24 if version >= 6 else 16 if version >= 4 else 8
     ruleset = libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:
