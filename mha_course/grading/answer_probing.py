@@ -70,6 +70,16 @@ def _bound(statement: ast.stmt) -> set[str]:
     return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
+def _reads(value: ast.expr) -> set[str]:
+    """The global names an expression reads (a lambda's own arguments, and a comprehension's
+    variables, left out)."""
+    nodes = list(ast.walk(value))
+    local = {a.arg for n in nodes if isinstance(n, ast.arguments)
+             for a in [*n.posonlyargs, *n.args, *n.kwonlyargs, n.vararg, n.kwarg] if a is not None}
+    local |= {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - local
+
+
 def replayed_names(codes: list[str], answer_names: set[str]) -> set[str]:
     """The names whose assignments are replayed whatever their value: those the notebook's ``def``
     and ``class`` statements read (:func:`~mha_course.exercises.definitions.used_globals`), the
@@ -89,8 +99,7 @@ def replayed_names(codes: list[str], answer_names: set[str]) -> set[str]:
         except (SyntaxError, ValueError):
             continue
     while True:
-        more = {n.id for s in statements if _bound(s) & used for n in ast.walk(s.value)
-                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - used
+        more = set().union(*(_reads(s.value) for s in statements if _bound(s) & used)) - used
         if not more:
             return used
         used |= more

@@ -212,6 +212,9 @@ def sweep(token: str, orphans: bool = False, rounds: int = 200) -> list[int]:
     return found
 
 
+__all__ = ["TOKEN_VARIABLE", "landlock_version", "confine", "adopt_orphans", "holders", "sweep"]
+
+
 def _main(argv: list[str]) -> None:
     """``confinement.py FOLDER... -- COMMAND...``: confine this process, then become COMMAND."""
     split = argv.index("--")
