@@ -203,3 +203,25 @@ def test_a_confined_process_writes_only_in_its_folder_connects_nowhere_and_signa
     assert out.stdout.splitlines() == ["write refused PermissionError", "connect refused PermissionError",
                                        "signal refused PermissionError"]
     assert (tmp_path / "own" / "mine").read_text() == "allowed" and not (tmp_path / "outside").exists()
+
+
+@POSIX_GRADING
+def test_grading_refuses_to_start_over_compiled_code_planted_in_the_package(tmp_path):
+    """Where nothing confined an earlier notebook, compiled code it planted in the installed package
+    would grade every later run: the grader names the file and stops before grading anything."""
+    import importlib.util
+    import py_compile
+
+    shutil.copytree(ROOT / "mha_course", tmp_path / "installed" / "mha_course",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    framework = tmp_path / "installed" / "mha_course" / "exercises" / "framework.py"
+    forged = tmp_path / "framework.py"
+    forged.write_text(framework.read_text(encoding="utf-8") + "\nFORGED = True\n", encoding="utf-8")
+    py_compile.compile(str(forged), cfile=importlib.util.cache_from_source(str(framework)), doraise=True,
+                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "installed"), "PYTHONDONTWRITEBYTECODE": "1"}
+    out = subprocess.run([sys.executable, "-m", "mha_course", "grade", str(NOTEBOOKS / "raises.ipynb")], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.startswith("error: the package's compiled files exercises/__pycache__/framework."), out.stderr
+    assert "Delete the package's __pycache__ folders" in out.stderr

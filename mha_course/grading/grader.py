@@ -66,7 +66,7 @@ from .grading_setup import (CELL_TIMEOUT, CHECK_TIMEOUT, NOTEBOOK_TIMEOUT, Gradi
                             platform_problem, require_grading_platform)
 from ..notebook_files import DATA_FOLDER, data_files
 from .notebook_run import NotebookRun, cell_name, first_line, python_source
-from .package_files import EditWatch, PackageSnapshot, environment_changes, environment_files
+from .package_files import EditWatch, PackageSnapshot, environment_changes, environment_files, planted_bytecode
 from .report import (NOT_CHECKED, NOT_RUN, NOT_SCORED, ExerciseScore, NotebookReport, compare_printed,
                      exercises_for, format_report, listed, not_checked, printed_verdicts, verdict, withhold)
 
@@ -222,10 +222,18 @@ def grade(paths: list[Path], timeout: float = NOTEBOOK_TIMEOUT, check_timeout: f
     :func:`grade_notebook`).
 
     Raises:
-        GradingUnavailableError: on a platform that cannot run the grader (before grading anything).
+        GradingUnavailableError: on a platform that cannot run the grader, or where the package's
+            compiled files are not its source (before grading anything).
     """
     require_grading_platform()
     snapshot = PackageSnapshot()
+    planted = planted_bytecode(snapshot.root)
+    if planted:
+        raise GradingUnavailableError(
+            f"the package's compiled files {listed(planted)} (in {snapshot.root}) are not what their source files "
+            "compile to, and Python loads them in place of the source: code planted there would grade. Delete "
+            f"the package's __pycache__ folders (find {snapshot.root} -name __pycache__ -exec rm -r {{}} +) and "
+            "grade again")
     watch = EditWatch(snapshot)
     paths = [Path(p) for p in paths]
     with tqdm(total=len(paths), desc="Grading", disable=not progress) as bar:
@@ -257,8 +265,12 @@ def main(args: argparse.Namespace) -> int:
     if not landlock_version():
         print("note: this system cannot confine the notebooks (Landlock, Linux 5.13 or later): a notebook could "
               "change the files later gradings use. Grade each submission in a container of its own.", file=sys.stderr)
-    reports = grade(args.notebooks, args.timeout, args.check_timeout, cell_timeout=args.cell_timeout, jobs=args.jobs,
-                    orphans=adopt_orphans())
+    try:
+        reports = grade(args.notebooks, args.timeout, args.check_timeout, cell_timeout=args.cell_timeout,
+                        jobs=args.jobs, orphans=adopt_orphans())
+    except GradingUnavailableError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     print(format_report(reports))
     if args.json:
         payload = {"score": sum(r.score for r in reports), "max_score": sum(r.max_score for r in reports),

@@ -68,7 +68,8 @@ def platform_problem() -> str | None:
 
 
 class GradingUnavailableError(RuntimeError):
-    """Grading was asked for on a platform that cannot run it (see :func:`platform_problem`)."""
+    """Grading was asked for where it cannot run: a platform that lacks what it needs (see
+    :func:`platform_problem`), or a package whose compiled files are not its source."""
 
 
 def require_grading_platform() -> None:
