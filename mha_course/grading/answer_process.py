@@ -124,7 +124,7 @@ class AnswerProcess:
         # user through /proc/<pid>/fd/<n>, a socket's cannot.
         mine, theirs = multiprocessing.Pipe(duplex=True)
         self.stderr = tempfile.TemporaryFile(dir=folder)
-        env = {**os.environ, TOKEN_VARIABLE: token, "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {**os.environ, TOKEN_VARIABLE: token, "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": str(folder)}
         # -S: no .pth file of site-packages runs here (a notebook may have written one); the
         # site folders are put on the path as they are. A session of its own: close() kills
         # whatever the notebook's code started there too.
