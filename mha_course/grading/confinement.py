@@ -220,7 +220,7 @@ def _main(argv: list[str]) -> None:
     split = argv.index("--")
     confine([Path(folder) for folder in argv[:split]])
     command = argv[split + 1:]
-    os.execv(command[0], command)
+    os.execvp(command[0], command)  # a kernel spec may name its program by name, found on PATH
 
 
 if __name__ == "__main__":
