@@ -1,20 +1,22 @@
 """The grader's side of the answer process: start it, send it the work, read its frames with deadlines.
 
 The answers are found in a *fresh* Python process (:mod:`mha_course.grading.answer_probing`, run with
-``python -I -S -B`` against a private copy of the package), never in the kernel that ran the notebook.
-:class:`AnswerProcess` starts one in a session of its own and hands it the write end of a
-``multiprocessing`` pipe (``pass_fds``); the process imports everything, says ``("ready",)``, then
-reads the work from its standard input and answers on the pipe in frames. The frames are
-``multiprocessing``'s own (a 4-byte length, then the payload), read here by its connection
-(``poll``, ``recv_bytes``) and decoded with ``marshal`` only, never unpickled (``recv`` would run
-what a forged pickle asks for). The answer process writes them without ``multiprocessing``, with
-functions kept aside before any of the notebook's code runs (see its docstring).
+``python -I -S -B`` against a private copy of the package), never in the kernel that ran the notebook,
+and only once that kernel and every process it started have been ended.
+:class:`AnswerProcess` starts one in a session of its own, with the notebook's token in its
+environment (:mod:`mha_course.grading.confinement`), and hands it one end of a socket pair
+(``pass_fds``; a socket, unlike a pipe, cannot be opened again through ``/proc/<pid>/fd``). The
+process imports everything, confines itself to its working folder, says ``("ready",)``, reads the
+work and answers in frames. The frames are ``multiprocessing``'s own (a 4-byte length, then the
+payload), read here by its connection (``poll``, ``recv_bytes``) and decoded with ``marshal`` only,
+never unpickled (``recv`` would run what a forged pickle asks for).
 
 :class:`Frames` reads on a thread of its own, so that a deadline holds even while a frame is half
 read: a process that starts a frame and never finishes it gives ``"timeout"`` at the deadline, and
-closing the process kills its whole process group, so that the reading ends with the end of the
-pipe. Were ``recv_bytes`` called where the deadline is kept, a process the notebook forked into a
-session of its own, holding the pipe, could stall the grader for good.
+closing the process kills its whole process group, then every process holding its token, so that
+the reading ends with the end of the socket. Were ``recv_bytes`` called where the deadline is kept,
+a process the notebook forked into a session of its own, holding the socket, could stall the
+grader for good.
 
 The process is started by :mod:`subprocess`, not by ``multiprocessing``'s spawn context: spawn
 starts the child with the grader's own interpreter flags and, before anything else, sets its
