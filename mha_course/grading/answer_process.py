@@ -64,9 +64,9 @@ ANSWER_PROCESS_START = 120.0
 
 class Frames:
     """The answer process's frames, read from ``connection`` (the read end of a
-    ``multiprocessing`` pipe) on a thread that owns it and closes it when the frames end.
+    ``multiprocessing`` socket pair) on a thread that owns it and closes it when the frames end.
 
-    A frame still half read when the process is closed keeps the thread until the pipe's last
+    A frame still half read when the process is closed keeps the thread until the socket's last
     writer is gone: at once, unless the notebook's code moved a process holding it out of the
     process group."""
 
@@ -83,7 +83,7 @@ class Frames:
                 if connection.poll(0.2):  # a while at a time, to notice stop() when nothing comes
                     self.frames.put(marshal.loads(connection.recv_bytes()))
         except (EOFError, OSError, ValueError, TypeError):
-            pass  # the end of the pipe, a frame cut short, or one that is not marshal data: no more frames
+            pass  # the end of the socket, a frame cut short, or one that is not marshal data: no more frames
         finally:
             connection.close()
             self.frames.put(None)
