@@ -63,7 +63,7 @@ ANSWER_PROCESS_START = 120.0
 
 
 class Frames:
-    """The answer process's frames, read from ``connection`` (the read end of a
+    """The answer process's frames, read from ``connection`` (the grader's end of a
     ``multiprocessing`` socket pair) on a thread that owns it and closes it when the frames end.
 
     A frame still half read when the process is closed keeps the thread until the socket's last
