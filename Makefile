@@ -4,7 +4,7 @@
 #               on every chapter, and the browser tests over the built book
 #   make lab    start learning: JupyterLab on the chapters without solutions, in student/
 # Below them: make student, make book-student and make test-package (the package's tests alone).
-# Needs only Python 3.11+ and make.
+# Needs only Python 3.11 to 3.13 and make; `make book PYTHON=python3.12` picks the interpreter for .venv.
 
 PYTHON ?= python3
 VENV := .venv
@@ -39,11 +39,28 @@ book-student: $(STAMP)
 	$(BIN)/jupyter-book build _build/student-book -W -n --keep-going
 	@echo "The book without solutions is in _build/student-book/_build/html: open book/intro.html there."
 
+# The site publish.yml hands to GitHub Pages, in _build/pages, from the two books built above. BOOK_EDITION
+# chooses: solutions (the default: the book with solutions), student (the book without them), or both (the
+# student book, with the book with solutions under solutions/). publish.yml reads the repository variable.
+BOOK_EDITION ?= solutions
+.PHONY: pages
+pages:
+	rm -rf _build/pages
+	@case "$(BOOK_EDITION)" in \
+	  solutions) cp -R _build/html _build/pages ;; \
+	  student) cp -R _build/student-book/_build/html _build/pages ;; \
+	  both) cp -R _build/student-book/_build/html _build/pages && cp -R _build/html _build/pages/solutions ;; \
+	  *) echo "BOOK_EDITION must be solutions, student or both, not '$(BOOK_EDITION)'" >&2; exit 2 ;; \
+	esac
+	@echo "The site for GitHub Pages (BOOK_EDITION=$(BOOK_EDITION)) is in _build/pages."
+
 # make test lints the code (ruff, rules in pyproject.toml), then builds the book (the browser tests
 # read _build/html), rendering the notebooks' stored outputs: the strict nbval run in pytest executes every chapter and compares. The browser
 # tests need chromium: as root (CI) it is installed when missing, otherwise they are skipped.
 # pytest runs on two workers (pytest-xdist), a file at a time on one worker, so that a notebook's
 # cells, a browser session and the grader's shared run each stay in one process.
+# About three and a half minutes on a quiet two-core AMD EPYC with AVX-512, three to four times that on
+# a processor three to four times slower at float32 matrix products (README, CONTRIBUTING.md).
 test: $(STAMP)
 	@if command -v chromium >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -58,10 +75,18 @@ test: $(STAMP)
 
 # The package's unit, property and doc tests alone, in under two minutes on two workers: no book build, no chapter
 # notebooks (the tests marked `chapters`, which run chapters in a kernel, are left to make test), no browser. CI runs it
-# on macOS and Windows (.github/workflows/test.yml).
+# on Linux, macOS and Windows with Python 3.11 to 3.13 (.github/workflows/test.yml).
 .PHONY: test-package
 test-package: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m 'not chapters' mha_course tests --ignore=tests/browser --ignore-glob='*.ipynb'
+
+# Every test file alone, one after another in a shuffled order that it prints first: a test that passes only
+# after another file has run fails here. CI runs it on Linux (.github/workflows/test.yml).
+.PHONY: test-each
+test-each: $(STAMP)
+	@files="$$($(BIN)/python -c 'import glob, random; f = sorted(glob.glob("tests/test_*.py")); random.shuffle(f); print(*f)')"; \
+	echo "Each test file alone, in this order: $$files"; \
+	for f in $$files; do echo "== $$f"; $(BIN)/python -m pytest -q -p no:xdist "$$f" || exit 1; done
 
 clean:
 	rm -rf _build

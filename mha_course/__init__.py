@@ -36,8 +36,9 @@ from .grouped_query import GroupedQueryAttention
 from .heads import merge_heads, split_heads, stack_qkv, unstack_qkv
 from .interop import from_torch_multihead, sdpa_forward, to_torch_multihead, torch_multihead_forward
 from .kv_cache import KVCache
-from .masking import causal_mask, visibility
+from .masking import causal_mask, visibility, with_padding
 from .multihead import MultiHeadAttention, transfer_weights
+from .rotary import RotaryEmbedding, rotate_half
 from .transformers_interop import UnsupportedConfigError, from_gpt2_attention, from_llama_attention
 from .tiled import TiledMultiHeadAttention, tiled_attention
 from .wrapper import MultiHeadAttentionWrapper
@@ -61,6 +62,9 @@ __all__ = [
     "unstack_qkv",
     "causal_mask",
     "visibility",
+    "with_padding",
+    "RotaryEmbedding",
+    "rotate_half",
     "get_device",
     "DEVICE_ENV_VAR",
     "running_example",

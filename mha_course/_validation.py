@@ -6,6 +6,8 @@ learner sees the cause of a mistake in one line rather than a traceback from ins
 
 from __future__ import annotations
 
+import functools
+import inspect
 import numbers
 from typing import NamedTuple
 
@@ -204,3 +206,110 @@ def validate_attention_args(d_in, d_out, context_length, dropout, qkv_bias, num_
     num_kv_groups = num_heads if num_kv_groups is None else validate_kv_groups(num_kv_groups, num_heads)
     return AttentionSizes(d_in, d_out, context_length, validate_dropout(dropout), validate_bool("qkv_bias", qkv_bias),
                           num_heads, head_dim, num_kv_groups)
+
+
+def validated_arguments(d_out: str):
+    """Decorate an attention module's ``__init__`` so that its arguments arrive checked.
+
+    The constructor keeps the course's signature, ``(d_in, d_out, context_length, dropout, num_heads,
+    qkv_bias=False)``; the decorator checks them all with :func:`validate_attention_args` before the
+    constructor's body runs, and hands it the checked values. So the body, which the book lists,
+    holds the module's parts and nothing else. ``d_out`` says what ``d_out`` means in the class, for
+    the messages.
+
+    Example:
+        >>> class Module:
+        ...     @validated_arguments(d_out="the width of all heads")
+        ...     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        ...         self.head_dim = d_out // num_heads
+        >>> Module(3, 4, 6, 0.0, 2).head_dim
+        2
+        >>> Module(3, 5, 6, 0.0, 2)
+        Traceback (most recent call last):
+            ...
+        ValueError: d_out (5) must be divisible by num_heads (2): every head gets head_dim = d_out // num_heads columns. Choose a multiple of num_heads, e.g. d_out=4 or d_out=6, or a num_heads that divides 5.
+    """
+    def decorate(init):
+        signature = inspect.signature(init)
+        hint = f"In {init.__qualname__.split('.')[0]} d_out is {d_out}."
+
+        @functools.wraps(init)
+        def checked_init(self, *args, **kwargs):
+            bound = signature.bind(self, *args, **kwargs)
+            bound.apply_defaults()
+            given = bound.arguments
+            sizes = validate_attention_args(given["d_in"], given["d_out"], given["context_length"],
+                                            given["dropout"], given["qkv_bias"], given["num_heads"],
+                                            d_out_hint=hint)
+            for name in ("d_in", "d_out", "context_length", "dropout", "qkv_bias", "num_heads"):
+                given[name] = getattr(sizes, name)
+            init(*bound.args, **bound.kwargs)
+
+        return checked_init
+
+    return decorate
+
+
+def validate_attention_mask(attention_mask, batch: int, num_keys: int, device: torch.device) -> torch.Tensor:
+    """Check a padding mask and return it as booleans, ``True`` for the real tokens.
+
+    ``attention_mask`` must be ``(batch, num_keys)``, one entry per position a query may read (the
+    cached ones and the new ones), boolean or integer 0/1, on ``device``.
+    """
+    shape = f"(batch, cached + new positions) = ({batch}, {num_keys})"
+    if not isinstance(attention_mask, torch.Tensor):
+        raise TypeError(f"attention_mask must be a torch.Tensor of shape {shape}, 1 (or True) for a real token "
+                        f"and 0 (or False) for padding, got {type(attention_mask).__name__}.")
+    if attention_mask.is_floating_point() or attention_mask.is_complex():
+        raise TypeError(
+            f"attention_mask must be boolean or integer (1 for a real token, 0 for padding), got "
+            f"{attention_mask.dtype}. This is the padding mask of transformers' generate, not a mask added "
+            "to the scores: pass attention_mask.bool() of the 1/0 mask, or (additive_mask == 0) of an "
+            "additive one.")
+    if tuple(attention_mask.shape) != (batch, num_keys):
+        raise ValueError(f"attention_mask must have shape {shape}, one entry per position a query may read, "
+                         f"got {tuple(attention_mask.shape)}. With a cache, it covers the cached positions too.")
+    if attention_mask.device != device:
+        raise ValueError(f"attention_mask is on {attention_mask.device} but x is on {device}: move it with "
+                         f"attention_mask.to({str(device)!r}).")
+    if attention_mask.dtype != torch.bool and not ((attention_mask == 0) | (attention_mask == 1)).all():
+        raise ValueError(f"attention_mask must hold 0 and 1 only (1 for a real token, 0 for padding), got "
+                         f"values {sorted(set(attention_mask.unique().tolist()))[:6]}.")
+    return attention_mask.bool()
+
+
+def validated_input(forward):
+    """Decorate an attention module's ``forward`` so that ``x`` is checked before it runs.
+
+    :func:`validate_input` against the module's ``d_in``, ``context_length`` and the dtype and device
+    of its first parameter, and a padding mask passed as ``attention_mask`` (its first argument after
+    ``x``, or by name) against ``x``'s batch and length; any further arguments pass through
+    unchanged. So ``forward``, which the book lists, holds the computation alone.
+
+    Example:
+        >>> class Module(torch.nn.Linear):
+        ...     d_in, context_length = 3, 4
+        ...     @validated_input
+        ...     def forward(self, x):
+        ...         return super().forward(x)
+        >>> Module(3, 2)(torch.rand(1, 4, 3)).shape
+        torch.Size([1, 4, 2])
+        >>> Module(3, 2)(torch.rand(1, 5, 3))
+        Traceback (most recent call last):
+            ...
+        ValueError: x has 5 tokens (x.shape[1]) but the module was built with context_length=4, so its causal mask covers only 4 positions. Build it with context_length>=5, or shorten the input.
+    """
+    takes_mask = "attention_mask" in inspect.signature(forward).parameters
+
+    @functools.wraps(forward)
+    def checked_forward(self, x, *args, **kwargs):
+        validate_input(x, self.d_in, self.context_length, like=next(self.parameters(), None))
+        mask = kwargs.get("attention_mask", args[0] if args else None) if takes_mask else None
+        if mask is not None:  # a padding mask (chapter 9): one entry per position of x
+            validate_attention_mask(mask, x.shape[0], x.shape[1], x.device)
+        return forward(self, x, *args, **kwargs)
+
+    if not forward.__doc__:  # the listed forward has none: say what the call does
+        checked_forward.__doc__ = ("``(batch, num_tokens, d_in) -> (batch, num_tokens, d_out)``, once the "
+                                   "shape, dtype, device and length of ``x`` are checked.")
+    return checked_forward

@@ -10,8 +10,9 @@ runs, so building the parser imports neither the exercises' checks nor nbformat 
   token with and without a key/value cache, chapter 6; with ``--tiled``, attention with and
   without the score matrix, chapter 7);
 * ``specialise`` - :mod:`mha_course.experiments.specialisation`, the experiment of chapter 5;
-* ``student``, ``grade``, ``progress`` and ``lab`` - the student edition, the grader, the learner's
-  progress view, and JupyterLab opened on the student edition.
+* ``student``, ``grade``, ``progress`` and ``lab`` - the student edition, the grader (with a class's
+  gradebook), the learner's progress view, and JupyterLab opened on the student edition;
+* ``autograder`` - :mod:`mha_course.grading.autograder`, the zip of a Gradescope autograder.
 """
 
 from __future__ import annotations
@@ -206,9 +207,15 @@ def _student(args: argparse.Namespace) -> int:
 
 
 def _grade(args: argparse.Namespace) -> int:
-    from .grading import grader
+    from .grading import gradebook
 
-    return grader.main(args)
+    return gradebook.main(args)
+
+
+def _autograder(args: argparse.Namespace) -> int:
+    from .grading import autograder
+
+    return autograder.main(args)
 
 
 def _progress(args: argparse.Namespace) -> int:
@@ -234,11 +241,42 @@ def _add_student_arguments(parser: argparse.ArgumentParser) -> None:
                              "builds the HTML book without solutions")
 
 
+GRADE_EXIT_STATUS = ("exit status: 0 when every exercise graded passed, 1 when one did not or a notebook had none "
+                     "to grade (or grading cannot run here), 2 for a mistake on the command line; a classroom runner "
+                     "can score by it")
+
+
 def _add_grade_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("notebooks", nargs="+", type=Path, metavar="NOTEBOOK",
+    parser.add_argument("notebooks", nargs="*", type=Path, metavar="NOTEBOOK",
                         help="completed notebooks to grade (each runs on a copy; the file is not changed)")
+    parser.add_argument("--submissions", type=Path, metavar="DIR",
+                        help="grade every notebook under each subfolder of DIR, the subfolder's name being the "
+                             "student's (instead of NOTEBOOK...)")
+    parser.add_argument("--chapters", metavar="N,M", default=None,
+                        help="chapters whose exercises count even where no notebook of them was handed in "
+                             "(default: the chapters of the notebooks graded)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the scores as JSON to FILE")
+    parser.add_argument("--csv", type=Path, metavar="FILE",
+                        help="write the gradebook to FILE: a row per student and exercise (student, notebook, "
+                             "exercise, status, points, max points, checks passed, checks total)")
+    parser.add_argument("--partial", action="store_true",
+                        help="points are the share of an exercise's checks passed (default: 1 for a pass, else 0)")
+    parser.add_argument("--gradescope", type=Path, metavar="FILE",
+                        help="write Gradescope's results.json for one submission to FILE")
+    parser.add_argument("--seed", type=int, default=None, metavar="SEED",
+                        help="draw the checks' inputs from SEED (a report's \"seed\"): a regrade with it draws the "
+                             "same inputs and gives the same verdicts (default: a fresh seed per notebook)")
     _add_limit_arguments(parser, jobs=1)
+
+
+def _add_autograder_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, required=True, metavar="FILE.zip", help="the zip file to write")
+    parser.add_argument("--chapters", metavar="N,M", default=None,
+                        help="the chapters the assignment asks for: their exercises count even when a submission "
+                             "lacks their notebook (default: those of the notebooks submitted)")
+    parser.add_argument("--partial", action="store_true", help="points are the share of an exercise's checks passed")
+    parser.add_argument("--timeout", type=float, default=NOTEBOOK_TIMEOUT, metavar="SECONDS",
+                        help=f"how long each notebook may run (default: {NOTEBOOK_TIMEOUT:g})")
 
 
 def _add_limit_arguments(parser: argparse.ArgumentParser, jobs: int) -> None:
@@ -275,9 +313,17 @@ def _add_exercise_commands(commands) -> None:
                                   "(solutions replaced by stubs, outputs cleared)")
     _add_student_arguments(student)
     student.set_defaults(handler=_student)
-    grade = commands.add_parser("grade", help="execute completed notebooks and score their exercises")
+    grade = commands.add_parser("grade", help="execute completed notebooks and score their exercises",
+                                description="Execute completed notebooks, or a class's folder of submissions, "
+                                "and score their exercises; print the scores, and write a gradebook on request.",
+                                epilog=GRADE_EXIT_STATUS)
     _add_grade_arguments(grade)
     grade.set_defaults(handler=_grade)
+    autograder = commands.add_parser("autograder", help="write the autograder zip that Gradescope takes",
+                                     description="Write the zip of a Gradescope autograder: setup.sh installs the "
+                                     "pinned requirements and the course, run_autograder grades the submission.")
+    _add_autograder_arguments(autograder)
+    autograder.set_defaults(handler=_autograder)
     progress = commands.add_parser("progress", help="show which exercises of each chapter pass, fail or are not "
                                    "started (reuses the last grading of unchanged notebooks)")
     _add_progress_arguments(progress)

@@ -6,7 +6,8 @@ for speed in two ways:
 * one fused projection ``qkv`` of width ``3 * d_out`` replaces the separate query, key and value
   projections, so the input is read once and one large matrix product replaces three;
 * the middle of attention (scores, scale, causal mask, softmax, dropout, weighted sum) is one
-  call to ``torch.nn.functional.scaled_dot_product_attention`` with ``is_causal=True``. PyTorch
+  call to ``torch.nn.functional.scaled_dot_product_attention`` with ``is_causal=True`` (or, for a
+  padded batch, the causal and padding masks combined by :func:`with_padding`). PyTorch
   picks its kernel by device, dtype and arguments. Its fused kernels work through the score
   matrix tile by tile, so the ``(batch, heads, tokens, tokens)`` score tensor is never stored
   whole, and some skip the tiles that lie entirely in the masked future; its fallback ("math")
@@ -25,7 +26,7 @@ from torch import nn
 
 from ._validation import validate_attention_args, validate_input
 from .heads import captured_attention_weights, merge_heads, score_dtype, split_heads, unstack_qkv
-from .masking import causal_mask
+from .masking import causal_mask, with_padding
 
 
 class FastMultiHeadAttention(nn.Module):
@@ -49,7 +50,9 @@ class FastMultiHeadAttention(nn.Module):
             comparison.
 
     Shapes:
-        input ``(batch, num_tokens, d_in)`` -> output ``(batch, num_tokens, d_out)``.
+        input ``(batch, num_tokens, d_in)`` -> output ``(batch, num_tokens, d_out)``; the optional
+        ``attention_mask`` of ``forward`` is ``(batch, num_tokens)``, 1 for real tokens and 0 for
+        padding, as for :class:`MultiHeadAttention`.
 
     Conversions: ``FastMultiHeadAttention.from_multihead(mha)`` stacks a ``MultiHeadAttention``'s
     weights into ``qkv``; ``MultiHeadAttention.from_fast(fast)`` cuts them back (both in
@@ -75,8 +78,8 @@ class FastMultiHeadAttention(nn.Module):
         self.num_heads, self.head_dim = args.num_heads, args.head_dim
         self.context_length = args.context_length
         # Rows [0, d_out) compute queries, [d_out, 2*d_out) keys and
-        # [2*d_out, 3*d_out) values; within each block head h owns rows
-        # [h*head_dim, (h+1)*head_dim), as in MultiHeadAttention.
+        # [2*d_out, 3*d_out) values; within each block head m (from 1) owns
+        # rows [(m-1)*head_dim, m*head_dim), as in MultiHeadAttention.
         self.qkv = nn.Linear(self.d_in, 3 * self.d_out, bias=args.qkv_bias)
         self.out_proj = nn.Linear(self.d_out, self.d_out)
         self.dropout = nn.Dropout(args.dropout)
@@ -84,25 +87,28 @@ class FastMultiHeadAttention(nn.Module):
         # and the explicit path builds the mask on the fly. context_length
         # still bounds the input: a drop-in for MultiHeadAttention.
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attention_mask=None) -> torch.Tensor:
         """Fused projection and attention: ``(B, T, d_in) -> (B, T, d_out)``."""
         validate_input(x, self.d_in, self.context_length, like=self.qkv.weight)
         qkv = self.qkv(x)  # (B, T, 3*d_out): one product for all three roles
         # Each (B, h, T, d_h): views of qkv, nothing copied.
         queries, keys, values = (split_heads(t, self.num_heads)
                                  for t in unstack_qkv(qkv, dim=-1))
+        mask = None if attention_mask is None else with_padding(
+            causal_mask(x.shape[1], x.device), attention_mask, len(x))
         if self.use_sdpa:
             # Dropout only in training: in eval mode the kernel must drop
             # nothing, and it does not know the module's mode by itself.
             p = self.dropout.p if self.training else 0.0
-            context = F.scaled_dot_product_attention(
-                queries, keys, values, dropout_p=p, is_causal=True
+            context = F.scaled_dot_product_attention(  # its mask: True = see
+                queries, keys, values, dropout_p=p, is_causal=mask is None,
+                attn_mask=None if mask is None else ~mask,
             )  # (B, h, T, d_h); the scale defaults to 1/sqrt(d_h)
         else:  # the same, step by step (scores in float32 for float16)
             dtype = score_dtype(queries.dtype)
             queries = queries.to(dtype) * self.head_dim**-0.5
             scores = queries @ keys.to(dtype).transpose(2, 3)  # (B, h, T, T)
-            mask = causal_mask(x.shape[1], device=scores.device)  # (T, T)
+            mask = causal_mask(x.shape[1], x.device) if mask is None else mask
             scores.masked_fill_(mask, float("-inf"))
             weights = torch.softmax(scores, dim=-1).to(values.dtype)
             context = self.dropout(weights) @ values  # (B, h, T, d_h)

@@ -23,8 +23,9 @@ from torch import nn
 
 from ._validation import validate_attention_args, validate_input
 from .heads import captured_attention_weights, merge_heads, score_dtype, split_heads
-from .kv_cache import KVCache, cache_start
-from .masking import register_causal_mask
+from .kv_cache import cache_start
+from .masking import register_causal_mask, with_padding
+from .rotary import RotaryEmbedding
 
 
 class GroupedQueryAttention(nn.Module):
@@ -40,6 +41,10 @@ class GroupedQueryAttention(nn.Module):
         num_kv_groups: how many key/value heads; must divide ``num_heads``. ``num_heads`` gives
             multi-head attention, ``1`` multi-query attention.
         qkv_bias: whether the query, key and value projections have a bias.
+        rope_theta: ``None`` (no positions, the default), or the base of rotary position
+            embeddings (e.g. ``10000.0``): queries and keys are then rotated by their positions
+            with Llama's half-split convention (:class:`mha_course.rotary.RotaryEmbedding`),
+            keys before they enter the cache.
 
     Shapes:
         input ``(batch, num_tokens, d_in)`` -> output ``(batch, num_tokens, d_out)``; inside,
@@ -55,6 +60,14 @@ class GroupedQueryAttention(nn.Module):
         out_proj: ``nn.Linear(d_out, d_out)`` that mixes the merged heads.
         mask: boolean buffer ``(context_length, context_length)``, ``True`` where attention is
             forbidden.
+        rotary: the :class:`~mha_course.rotary.RotaryEmbedding`, or ``None`` without ``rope_theta``.
+
+    Padding: ``forward(x, cache, attention_mask, position_ids)``. ``attention_mask``
+    ``(batch, cached + new positions)`` is 1 (or ``True``) for a real token and 0 for padding, as
+    transformers' ``generate`` passes it; a padded key is hidden from every query. ``position_ids``
+    ``(batch, num_tokens)`` are the positions the rotation uses, by default the cache's length plus
+    ``0, 1, ...``; for a left-padded batch pass ``attention_mask.cumsum(-1) - 1`` (clamped at 0)
+    so that each sequence counts from its first real token. Without rotation they change nothing.
 
     Conversion: ``GroupedQueryAttention.from_multihead(mha, num_kv_groups)`` pools a trained
     ``MultiHeadAttention``'s key and value heads (in ``mha_course.interop``).
@@ -68,7 +81,7 @@ class GroupedQueryAttention(nn.Module):
     """
 
     def __init__(self, d_in, d_out, context_length, dropout, num_heads,
-                 num_kv_groups, qkv_bias=False):
+                 num_kv_groups, qkv_bias=False, rope_theta=None):
         super().__init__()
         args = validate_attention_args(
             d_in, d_out, context_length, dropout, qkv_bias, num_heads,
@@ -89,13 +102,17 @@ class GroupedQueryAttention(nn.Module):
         self.out_proj = nn.Linear(self.d_out, self.d_out)
         self.dropout = nn.Dropout(args.dropout)
         register_causal_mask(self, self.context_length)  # self.mask
+        self.rotary = (None if rope_theta is None  # Llama's rotary positions
+                       else RotaryEmbedding(self.head_dim, rope_theta))
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None):
+    def forward(self, x, cache=None, attention_mask=None, position_ids=None):
         """Grouped-query attention: ``(B, T, d_in) -> (B, T, d_out)``.
 
         With a ``cache``, ``x`` holds the tokens that follow the cached ones:
         their keys and values are appended to it, and each of them attends
         to every cached position and to the tokens of ``x`` up to itself.
+        ``attention_mask`` ``(B, cached + T)``: 1 for real tokens, 0 for
+        padding; ``position_ids`` ``(B, T)``: the rotation's positions.
         """
         validate_input(x, self.d_in, self.context_length,
                        like=self.W_query.weight)
@@ -106,6 +123,8 @@ class GroupedQueryAttention(nn.Module):
         queries = split_heads(self.W_query(x), h)  # (B, h, T, d_h)
         keys = split_heads(self.W_key(x), g)  # (B, g, T, d_h)
         values = split_heads(self.W_value(x), g)  # (B, g, T, d_h)
+        if self.rotary is not None:  # turned by position, keys before caching
+            queries, keys = self.rotary(queries, keys, start, position_ids)
         if cache is not None:  # the past, then x: (B, g, end, d_h) each
             keys, values = cache.append(keys, values)
         # Each key/value head serves the group_size query heads of its group,
@@ -118,8 +137,9 @@ class GroupedQueryAttention(nn.Module):
         scores = queries @ keys.to(dtype).transpose(2, 3)  # (B, h, T, end)
         # Rows are x's positions start .. end-1, columns every position up to
         # end-1: the cached past is visible to all of them, and within x the
-        # usual causal triangle applies.
-        scores.masked_fill_(self.mask[start:end, :end], float("-inf"))
+        # usual causal triangle applies; padded keys are hidden from all.
+        mask = with_padding(self.mask[start:end, :end], attention_mask, len(x))
+        scores.masked_fill_(mask, float("-inf"))
         weights = torch.softmax(scores, dim=-1).to(values.dtype)
         context = self.dropout(weights) @ values  # (B, h, T, d_h)
         return self.out_proj(merge_heads(context))  # (B, T, d_out)

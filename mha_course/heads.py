@@ -29,8 +29,9 @@ def _validate_tensor(t, dims: int, shape: str) -> None:
 def split_heads(t: torch.Tensor, num_heads: int) -> torch.Tensor:
     """View one projection as heads: (B, T, h*d_h) -> (B, h, T, d_h).
 
-    Columns ``i * d_h`` to ``(i + 1) * d_h`` of the last dimension become
-    head ``i``. No number is copied: ``view`` cuts the last dimension into
+    Head ``m`` (counted from 1, as the book counts) gets columns
+    ``(m - 1) * d_h`` to ``m * d_h - 1`` of the last dimension, index
+    ``m - 1`` of the head axis. No number is copied: ``view`` cuts the last dimension into
     ``(h, d_h)`` and ``transpose`` swaps strides, so the result shares
     memory with ``t``.
 
@@ -48,7 +49,7 @@ def split_heads(t: torch.Tensor, num_heads: int) -> torch.Tensor:
         >>> heads = split_heads(t, num_heads=2)
         >>> heads.shape
         torch.Size([1, 2, 2, 2])
-        >>> heads[0, 1]  # head 1: columns 2 and 3 of every token
+        >>> heads[0, 1]  # head 2 (index 1): columns 2 and 3 of every token
         tensor([[2., 3.],
                 [6., 7.]])
     """
@@ -69,8 +70,8 @@ def split_heads(t: torch.Tensor, num_heads: int) -> torch.Tensor:
 def merge_heads(t: torch.Tensor) -> torch.Tensor:
     """Glue the heads side by side again: (B, h, T, d_h) -> (B, T, h*d_h).
 
-    The inverse of :func:`split_heads`: head ``i`` fills columns ``i * d_h``
-    to ``(i + 1) * d_h`` of every token, as concatenating the heads' outputs
+    The inverse of :func:`split_heads`: head ``m`` fills columns
+    ``(m - 1) * d_h`` to ``m * d_h - 1`` of every token, as concatenating the heads' outputs
     would.
 
     Args:

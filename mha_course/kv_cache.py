@@ -13,7 +13,6 @@ heads across query heads shrinks it by ``num_heads / num_kv_groups``.
 
 from __future__ import annotations
 
-import copy
 import weakref
 
 import torch
@@ -62,7 +61,9 @@ class KVCache:
     def __deepcopy__(self, memo: dict) -> KVCache:
         """A copy that owns copies of the keys and values, for the same layer.
 
-        Keys computed with gradients on are not leaves of the autograd graph, which PyTorch refuses
+        When the layer is copied in the same deep copy, and before the cache (a model that holds its
+        layers and then its caches, or ``copy.deepcopy((layer, cache))``), the copy serves the
+        layer's copy instead. Keys computed with gradients on are not leaves of the autograd graph, which PyTorch refuses
         to deep-copy; the copy holds them detached (the same numbers, no history), as a cache used
         for generation needs.
 
@@ -75,11 +76,37 @@ class KVCache:
             >>> len(twin), twin.keys.requires_grad, torch.equal(twin.keys, cache.keys)
             (2, False, True)
         """
-        twin = copy.copy(self)  # the same layer; the tensors replaced below
+        owner = None if self._layer is None else self._layer()
+        layer = self._layer  # the same layer, unless that layer is being copied too: then its copy
+        if owner is not None and id(owner) in memo:
+            layer = weakref.ref(memo[id(owner)])
+        keys, values = self.keys, self.values
+        if keys is not None:
+            keys, values = keys.detach().clone(), values.detach().clone()
+        twin = KVCache.__new__(KVCache)
         memo[id(self)] = twin
-        if self.keys is not None:
-            twin.keys, twin.values = self.keys.detach().clone(), self.values.detach().clone()
+        twin.__setstate__({**self.__dict__, "keys": keys, "values": values, "_layer": layer})
         return twin
+
+    def __getstate__(self) -> dict:
+        """What pickling keeps: the keys and values, not the layer (a weak reference cannot be pickled).
+
+        An unpickled cache belongs to no layer: the first layer that calls it owns it, as with a new
+        cache, and should be the layer (or the copy of the layer) that filled it.
+
+        Example:
+            >>> import pickle
+            >>> from mha_course import GroupedQueryAttention
+            >>> gqa = GroupedQueryAttention(4, 4, 6, 0.0, 2, 1)
+            >>> cache = KVCache()
+            >>> _ = gqa(torch.rand(1, 3, 4), cache=cache)
+            >>> pickle.loads(pickle.dumps(cache))
+            KVCache(3 positions, batch=1, kv_heads=1, head_dim=2)
+        """
+        return {**self.__dict__, "_layer": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
 
     def __len__(self) -> int:
         """How many positions the cache holds (0 when empty)."""
@@ -124,9 +151,9 @@ class KVCache:
             name = "one that no longer exists" if owner is None else type(owner).__name__
             raise ValueError(
                 f"this cache holds the keys and values of another layer ({name}), filled for "
-                f"{len(self)} positions: each attention layer needs its own KVCache(). Make one per layer, "
-                "e.g. caches = [KVCache() for _ in layers], or call cache.reset() to start a new sequence "
-                "with this layer."
+                f"{len(self)} positions{self._what_differs(layer)}: each attention layer needs its own "
+                "KVCache(). Make one per layer, e.g. caches = [KVCache() for _ in layers], or call "
+                "cache.reset() to start a new sequence with this layer."
             )
         if len(self) + num_new > context_length:
             raise ValueError(
@@ -137,6 +164,17 @@ class KVCache:
             )
         self._layer = weakref.ref(layer)
         return len(self)
+
+    def _what_differs(self, layer) -> str:
+        """``", in float32 on cpu, where this layer's weights are float64"``, or ``""`` if neither differs."""
+        weight = next(layer.parameters(), None) if isinstance(layer, torch.nn.Module) else None
+        if weight is None or self.keys is None:
+            return ""
+        held = (self.keys.dtype, self.keys.device)
+        if (weight.dtype, weight.device) == held:
+            return ""
+        return (f", in {held[0]} on {held[1]}, where this layer's weights are {weight.dtype} on {weight.device} "
+                "(a copy of a layer moved with .to() is another layer, whose keys would differ)")
 
     def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Add the new tokens' keys and values; return all keys and values held, old then new.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._validation import validate_non_negative_int
+from ._validation import validate_attention_mask, validate_non_negative_int
 
 
 def causal_mask(num_tokens: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -104,3 +104,28 @@ def register_causal_mask(module: torch.nn.Module, context_length: int) -> None:
     """
     module.register_buffer("mask", causal_mask(context_length))
     module.register_load_state_dict_pre_hook(validate_loaded_mask)
+
+
+def with_padding(causal: torch.Tensor, attention_mask: torch.Tensor | None, batch: int) -> torch.Tensor:
+    """The causal mask ``(T, S)`` combined with a padding mask ``(B, S)``: ``True`` where forbidden.
+
+    Without ``attention_mask`` the causal mask comes back as it is. With one, a key position that is
+    padding is forbidden to every query as well, giving a ``(B, 1, T, S)`` mask that broadcasts over
+    the heads. A query that is itself padding, at the start of a left-padded sequence, may then see
+    no key at all: its scores would all be ``-inf`` and its softmax ``NaN``, which would spread to
+    every later layer. Such a row is left unmasked instead (its output is padding, read by nobody),
+    as transformers' ``_unmask_unattended`` does for PyTorch's fused kernel.
+
+    Example:
+        >>> padding = torch.tensor([[0, 1, 1]])  # one sequence, left-padded by one token
+        >>> with_padding(causal_mask(3), padding, batch=1)[0, 0].int()
+        tensor([[0, 0, 0],
+                [1, 0, 1],
+                [1, 0, 0]], dtype=torch.int32)
+    """
+    if attention_mask is None:
+        return causal
+    real = validate_attention_mask(attention_mask, batch, causal.shape[-1],
+                                   causal.device)  # (B, S), True: real
+    mask = causal | ~real[:, None, None, :]  # (B, 1, T, S)
+    return mask & ~mask.all(dim=-1, keepdim=True)  # no row without a visible key

@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validation import validate_attention_args, validate_input
-from .heads import captured_attention_weights, merge_heads, score_dtype, split_heads
+from ._validation import validated_arguments, validated_input
+from .heads import captured_attention_weights
 from .masking import register_causal_mask
 from .wrapper import MultiHeadAttentionWrapper
 
@@ -33,16 +33,22 @@ class MultiHeadAttention(nn.Module):
     Shapes:
         input ``(batch, num_tokens, d_in)`` -> output ``(batch, num_tokens, d_out)``; inside
         ``forward``, queries, keys and values are ``(batch, num_heads, num_tokens, head_dim)``
-        (see :func:`split_heads`).
+        (the split of :func:`split_heads`, written out in ``forward``). ``forward(x,
+        attention_mask)`` takes an optional padding mask ``(batch, num_tokens)``, 1 (or ``True``)
+        for real tokens and 0 for padding: padded keys are hidden from every query, filled with
+        ``torch.finfo(dtype).min`` rather than ``-inf`` so that a row with no real key stays finite.
 
     Attributes:
         head_dim: ``d_out // num_heads``, the width of one head.
-        W_query: ``nn.Linear(d_in, d_out)``, the query projection of all heads at once (output
-            columns ``h * head_dim`` to ``(h + 1) * head_dim`` belong to head ``h``); ``W_key``
-            and ``W_value`` are its twins for keys and values.
+        W_query: ``nn.Linear(d_in, d_out)``, the query projection of all heads at once (head
+            ``m``, counted from 1, owns output columns ``(m - 1) * head_dim`` to
+            ``m * head_dim - 1``); ``W_key`` and ``W_value`` are its twins for keys and values.
         out_proj: ``nn.Linear(d_out, d_out)`` that mixes the concatenated heads.
         mask: boolean buffer ``(context_length, context_length)``, ``True`` where attention is
             forbidden, shared by every head.
+
+    The decorators check the arguments and the input (``mha_course/_validation.py``), so that the
+    constructor and ``forward`` hold the computation alone.
 
     Conversions: ``MultiHeadAttention.from_wrapper(wrapper)`` and ``MultiHeadAttention.from_fast(fast)``
     build one that computes what the other module does (they live with every other conversion in
@@ -54,49 +60,47 @@ class MultiHeadAttention(nn.Module):
         torch.Size([1, 6, 4])
     """
 
+    @validated_arguments(d_out="the width of all heads")
     def __init__(self, d_in, d_out, context_length, dropout, num_heads,
                  qkv_bias=False):
         super().__init__()
-        args = validate_attention_args(
-            d_in, d_out, context_length, dropout, qkv_bias, num_heads,
-            d_out_hint="In MultiHeadAttention d_out is the width of all heads.",
-        )
-        self.d_in, self.d_out = args.d_in, args.d_out
-        self.num_heads, self.head_dim = args.num_heads, args.head_dim
-        self.context_length = args.context_length
-        # One projection per role for all heads: output columns
-        # [h*head_dim, (h+1)*head_dim) belong to head h.
-        self.W_query = nn.Linear(self.d_in, self.d_out, bias=args.qkv_bias)
-        self.W_key = nn.Linear(self.d_in, self.d_out, bias=args.qkv_bias)
-        self.W_value = nn.Linear(self.d_in, self.d_out, bias=args.qkv_bias)
+        self.d_in, self.d_out, self.context_length = d_in, d_out, context_length
+        self.num_heads, self.head_dim = num_heads, d_out // num_heads
+        # One projection per role for all heads: head m (counted from 1)
+        # owns output columns (m - 1) * head_dim to m * head_dim - 1.
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
         # New in this class: a learned linear map that mixes the heads.
-        self.out_proj = nn.Linear(self.d_out, self.d_out)
-        self.dropout = nn.Dropout(args.dropout)
-        register_causal_mask(self, self.context_length)  # self.mask
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        register_causal_mask(self, context_length)  # self.mask
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, d_in) -> (B, T, d_out): all heads, merged and projected."""
-        validate_input(x, self.d_in, self.context_length,
-                       like=self.W_query.weight)
-        num_tokens = x.shape[1]
-        h = self.num_heads
-        queries = split_heads(self.W_query(x), h)  # (B, h, T, d_h)
-        keys = split_heads(self.W_key(x), h)  # (B, h, T, d_h)
-        values = split_heads(self.W_value(x), h)  # (B, h, T, d_h)
-        dtype = score_dtype(queries.dtype)  # float32 for float16 inputs
-        # Scale the queries (B*T*d_out numbers), not the scores (B*h*T*T):
-        # softmax(q k^T / sqrt(d_h)) is the same, and the queries are fewer.
+    @validated_input
+    def forward(self, x, attention_mask=None):
+        batch, num_tokens, _ = x.shape
+        # Split: read each projection's d_out columns as num_heads groups
+        # of head_dim, then move the heads in front of the tokens.
+        split = (batch, num_tokens, self.num_heads, self.head_dim)
+        queries = self.W_query(x).view(split).transpose(1, 2)  # (B, h, T, d_h)
+        keys = self.W_key(x).view(split).transpose(1, 2)  # (B, h, T, d_h)
+        values = self.W_value(x).view(split).transpose(1, 2)  # (B, h, T, d_h)
+        # float32 scores and softmax for half-precision inputs
+        dtype = torch.promote_types(queries.dtype, torch.float32)
+        # Scale the queries (B*T*d_out numbers), not the scores (B*h*T*T).
         queries = queries.to(dtype) * self.head_dim**-0.5
-        # (B, h, T, T): one score matrix per head
-        scores = queries @ keys.to(dtype).transpose(2, 3)
-        # One mask for every head and every sequence, by broadcasting; filled
-        # in place, since the fresh score tensor is not needed unmasked.
-        mask = self.mask[:num_tokens, :num_tokens]  # (T, T)
-        scores.masked_fill_(mask, float("-inf"))
+        scores = queries @ keys.to(dtype).transpose(2, 3)  # (B, h, T, T)
+        # One (T, T) mask for every head and sequence, filled in place.
+        scores.masked_fill_(self.mask[:num_tokens, :num_tokens], float("-inf"))
+        if attention_mask is not None:  # padded keys hidden too (chapter 9),
+            padded = (attention_mask == 0)[:, None, None, :]  # (B, 1, 1, T)
+            scores.masked_fill_(padded, torch.finfo(dtype).min)  # not NaN
         weights = torch.softmax(scores, dim=-1).to(values.dtype)
         context = self.dropout(weights) @ values  # (B, h, T, d_h)
-        # The heads side by side, as the wrapper's torch.cat puts them:
-        context = merge_heads(context)  # (B, T, d_out)
+        # Merge: the heads side by side again; contiguous() copies them
+        # into (B, T, h, d_h) order so that view can fold the last two axes.
+        context = context.transpose(1, 2).contiguous()  # (B, T, h, d_h)
+        context = context.view(batch, num_tokens, self.d_out)  # (B, T, d_out)
         return self.out_proj(context)  # (B, T, d_out)
 
     @torch.no_grad()
@@ -115,8 +119,9 @@ class MultiHeadAttention(nn.Module):
 def transfer_weights(wrapper: MultiHeadAttentionWrapper, mha: MultiHeadAttention) -> MultiHeadAttention:
     """Copy a wrapper's per-head weights into ``mha`` so that both compute the same function.
 
-    Head ``h``'s query, key and value weights become rows ``h*head_dim`` to ``(h+1)*head_dim`` of
-    ``mha``'s projections (the slice that :func:`split_heads` assigns to head ``h``), and the output
+    Head ``m``'s query, key and value weights (``wrapper.heads[m - 1]``) become rows
+    ``(m - 1) * head_dim`` to ``m * head_dim - 1`` of ``mha``'s projections (the slice that the split
+    into heads gives head ``m``), and the output
     projection becomes the identity, because the wrapper merges by concatenation alone.
 
     Args:

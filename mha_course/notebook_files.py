@@ -5,7 +5,9 @@ progress view look for.
 * The book's notebooks are ``book/**/*.ipynb``; folders that tools write (``.ipynb_checkpoints``,
   ``__pycache__``, ``_build``) are never part of the course.
 * The ``data/`` folder next to the chapters holds the files they read (benchmark results, ...);
-  hidden files and ``__pycache__`` in it are not the course's.
+  hidden files and ``__pycache__`` in it are not the course's. The package keeps a copy of its JSON
+  files (``mha_course/book_data/``, package data; ``book/data`` is the source, and a test checks the
+  copy): a chapter collected without its ``data/`` folder still finds them (:func:`find_data`).
 
 Example:
     >>> chapter_number("03_batched.ipynb"), chapter_number("notes.ipynb")
@@ -15,10 +17,14 @@ Example:
 from __future__ import annotations
 
 import re
+from importlib.resources import files
 from pathlib import Path
 
 #: The folder next to the chapters that holds the data they read.
 DATA_FOLDER = "data"
+
+#: The package's copy of the JSON files of the book's ``data/`` folder (a folder of package data).
+PACKAGED_DATA = "book_data"
 
 #: Folders written by tools (Jupyter, Python, the book build), never part of the course.
 TOOL_FOLDERS = frozenset({".ipynb_checkpoints", "__pycache__", "_build"})
@@ -66,5 +72,25 @@ def data_files(folder: Path) -> dict[Path, Path]:
     return files
 
 
-__all__ = ["DATA_FOLDER", "TOOL_FOLDERS", "chapter_number", "in_tool_folder", "chapter_notebooks",
+def find_data(path: str | Path) -> Path:
+    """Where to read ``path``, a file of the book's ``data/`` folder as a chapter names it.
+
+    ``path`` itself when it exists, or is not under ``data/``; otherwise the package's copy of that
+    file (:data:`PACKAGED_DATA`), when it has one. So a chapter notebook downloaded or collected
+    without the ``data/`` folder beside it reads the stored results all the same.
+
+    Example:
+        >>> find_data("data/bench-cpu.json").parts[-2:]  # from a folder without data/
+        ('book_data', 'bench-cpu.json')
+        >>> find_data("results/mine.json").as_posix()
+        'results/mine.json'
+    """
+    path = Path(path)
+    if path.exists() or path.is_absolute() or len(path.parts) < 2 or path.parts[0] != DATA_FOLDER:
+        return path
+    packaged = files(__package__).joinpath(PACKAGED_DATA, *path.parts[1:])
+    return Path(str(packaged)) if packaged.is_file() else path
+
+
+__all__ = ["DATA_FOLDER", "PACKAGED_DATA", "find_data", "TOOL_FOLDERS", "chapter_number", "in_tool_folder", "chapter_notebooks",
            "default_notebooks", "data_files"]

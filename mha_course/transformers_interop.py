@@ -11,9 +11,9 @@ module, which then computes the same function (in eval mode, given the causal ma
   ``x @ weight + bias``. Its column thirds are the query, key and value weights, transposed.
 * :func:`from_llama_attention`: ``LlamaAttention`` -> :class:`GroupedQueryAttention`. Llama's
   ``q_proj``, ``k_proj``, ``v_proj`` and ``o_proj`` are ``nn.Linear`` like the course's, and its
-  ``num_key_value_heads`` are the course's ``num_kv_groups``. What does not carry over: the rotary
-  embeddings that Llama applies to queries and keys (the course's module has no positions), so
-  the two agree when the rotation is the identity (``cos = 1, sin = 0``).
+  ``num_key_value_heads`` are the course's ``num_kv_groups``, and its rotary position embeddings
+  (``rope_parameters``, types ``"default"`` and ``"llama3"``) become the module's ``rope_theta``
+  and frequencies.
 
 transformers is imported when a conversion runs, never by ``import mha_course``. A configuration
 the course's modules cannot express raises :class:`UnsupportedConfigError`.
@@ -144,18 +144,45 @@ def from_gpt2_attention(attention, context_length: int | None = None) -> MultiHe
     return mha.train(attention.training)
 
 
+#: The rotations whose frequencies the course's RotaryEmbedding holds as they are: Llama 3's rescales
+#: them once, when they are made, and neither scales cos and sin (``attention_scaling`` is 1).
+SUPPORTED_ROPE_TYPES = ("default", "llama3")
+
+
+def _llama_rotation(config) -> tuple[float, torch.Tensor]:
+    """``rope_theta`` and the inverse frequencies of a Llama config, as transformers computes them."""
+    parameters = getattr(config, "rope_parameters", None) or {}
+    rope_type = parameters.get("rope_type", "default")
+    if rope_type not in SUPPORTED_ROPE_TYPES:
+        raise _unsupported("rope_type", rope_type, "the course's RotaryEmbedding holds one set of "
+                           "frequencies and leaves cos and sin unscaled; the conversion carries over the rope "
+                           f"types {' and '.join(repr(t) for t in SUPPORTED_ROPE_TYPES)}, which do, and no "
+                           "other (some rescale cos and sin, or change the frequencies with the sequence's "
+                           "length). Build the config with rope_parameters={'rope_type': 'default', "
+                           "'rope_theta': ...} or Llama 3's 'llama3'.")
+    rotary_embedding = _transformers_class("transformers.models.llama.modeling_llama", "LlamaRotaryEmbedding")
+    rotary = rotary_embedding(config)
+    if rotary.attention_scaling != 1.0:
+        raise _unsupported("attention_scaling", rotary.attention_scaling, "the course's rotation does not "
+                           "scale cos and sin.")
+    return float(parameters.get("rope_theta", getattr(config, "rope_theta", 10000.0))), rotary.inv_freq.float()
+
+
 @torch.no_grad()
 def from_llama_attention(attention, context_length: int | None = None) -> GroupedQueryAttention:
-    """A :class:`GroupedQueryAttention` that computes what a transformers ``LlamaAttention`` does
-    when its rotary embeddings leave queries and keys unrotated (``cos = 1, sin = 0``).
+    """A :class:`GroupedQueryAttention` that computes what a transformers ``LlamaAttention`` does,
+    rotary position embeddings included.
 
     ``q_proj``, ``k_proj``, ``v_proj`` and ``o_proj`` are copied into ``W_query``, ``W_key``,
     ``W_value`` and ``out_proj``; ``num_key_value_heads`` becomes ``num_kv_groups`` (Llama's
     ``repeat_kv`` orders the heads of a group as the course's ``repeat_interleave`` does). Llama's
     projections have biases only with ``attention_bias=True``; without them the course's output
-    projection, which always has one, gets a zero bias. The rotation by position does not carry
-    over. Dropout is ``attention_dropout``; device, dtype and training mode are ``attention``'s;
-    the weights are copies.
+    projection, which always has one, gets a zero bias. The rotation by position carries over:
+    ``rope_theta`` from the config's ``rope_parameters``, and the frequencies themselves from
+    transformers' ``LlamaRotaryEmbedding`` of the same config (so Llama 3's scaled ones too), so
+    the module equals ``LlamaAttention`` fed with ``LlamaRotaryEmbedding(config)(x,
+    position_ids)``'s cos and sin. Dropout is ``attention_dropout``; device, dtype and training
+    mode are ``attention``'s; the weights are copies.
 
     Args:
         attention: a ``transformers.models.llama.modeling_llama.LlamaAttention``.
@@ -169,8 +196,8 @@ def from_llama_attention(attention, context_length: int | None = None) -> Groupe
     Raises:
         TypeError: if ``attention`` is not a ``LlamaAttention``.
         UnsupportedConfigError: for a ``head_dim`` other than ``hidden_size // num_attention_heads``
-            (the course's output projection maps ``d_out`` to ``d_out``), or a scale other than
-            ``1/sqrt(head_dim)``.
+            (the course's output projection maps ``d_out`` to ``d_out``), a scale other than
+            ``1/sqrt(head_dim)``, or a ``rope_type`` other than ``"default"`` and ``"llama3"``.
 
     Example:
         >>> from transformers import LlamaConfig
@@ -180,6 +207,8 @@ def from_llama_attention(attention, context_length: int | None = None) -> Groupe
         >>> gqa = from_llama_attention(LlamaAttention(config, layer_idx=0))
         >>> gqa.num_heads, gqa.num_kv_groups, gqa.W_key.weight.shape
         (4, 2, torch.Size([4, 8]))
+        >>> gqa.rotary
+        RotaryEmbedding(head_dim=2, rope_theta=10000)
     """
     llama_attention = _transformers_class("transformers.models.llama.modeling_llama", "LlamaAttention")
     _require(attention, llama_attention, "from_llama_attention")
@@ -193,14 +222,17 @@ def from_llama_attention(attention, context_length: int | None = None) -> Groupe
     if attention.scaling != head_dim**-0.5:
         raise _unsupported("scaling", attention.scaling, "the course's modules scale the scores by "
                            f"1/sqrt(head_dim) = {head_dim**-0.5:.6g}.")
+    rope_theta, inv_freq = _llama_rotation(config)
     q_proj = attention.q_proj
     if context_length is None:
         context_length = config.max_position_embeddings
     gqa = GroupedQueryAttention(
         hidden, hidden, context_length, attention.attention_dropout or 0.0,
         num_heads, config.num_key_value_heads,
-        qkv_bias=q_proj.bias is not None,
-    ).to(device=q_proj.weight.device, dtype=q_proj.weight.dtype)
+        qkv_bias=q_proj.bias is not None, rope_theta=rope_theta,
+    )
+    gqa.rotary.inv_freq.copy_(inv_freq)  # float32, as Llama's, in any dtype
+    gqa = gqa.to(device=q_proj.weight.device, dtype=q_proj.weight.dtype)
     pairs = ((gqa.W_query, q_proj), (gqa.W_key, attention.k_proj),
              (gqa.W_value, attention.v_proj), (gqa.out_proj, attention.o_proj))
     for ours, theirs in pairs:

@@ -33,7 +33,8 @@ class MultiHeadAttentionWrapper(nn.Module):
 
     Attributes:
         heads: ``nn.ModuleList`` of ``num_heads`` independent :class:`CausalAttention` heads;
-            columns ``h * d_out`` to ``(h + 1) * d_out`` of the output come from ``heads[h]``.
+            columns ``(m - 1) * d_out`` to ``m * d_out - 1`` of the output come from head ``m``,
+            ``heads[m - 1]``.
 
     Example:
         >>> wrapper = MultiHeadAttentionWrapper(3, 2, 6, dropout=0.0, num_heads=2)

@@ -119,6 +119,35 @@ def _frozen(attention, mha):
     return mha
 
 
+def _no_return(attention, mha):  # right copies, but nothing returned
+    _copy(attention, mha)
+
+
+def _gpt2_call(attention, x):
+    t = x.shape[1]
+    mask = torch.zeros(t, t, dtype=x.dtype).masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    return attention(x, attention_mask=mask[None, None])[0]
+
+
+def _forward_replaced(attention, mha):  # nothing copied: mha now calls GPT-2 itself
+    mha.forward = lambda x: _gpt2_call(attention, x)
+    return mha
+
+
+def _class_swapped(attention, mha):  # the same trick, by swapping the module's class
+    class CallsGPT2(type(mha)):
+        def forward(self, x):
+            return _gpt2_call(attention, x)
+
+    mha.__class__ = CallsGPT2
+    return mha
+
+
+def _copied_and_forward_replaced(attention, mha):  # weights copied, yet its own forward not used
+    _copy(attention, mha)
+    return _forward_replaced(attention, mha)
+
+
 def _by_the_package(attention, mha):
     return mha.load_state_dict(mha_course.from_gpt2_attention(attention).state_dict())
 
@@ -142,7 +171,13 @@ WRONG = {
     ("8.1", "shared"): _shared,
     ("8.1", "plain-tensors"): _plain_tensors,
     ("8.1", "frozen"): _frozen,
+    ("8.1", "no-return"): _no_return,
+    ("8.1", "forward-replaced"): _forward_replaced,
 }
+
+#: Answers that give GPT-2's output without what the exercise asks: each must fail (not caught as a
+#: catalogued mistake's only example above, and kept here so the tests see every trick).
+TRICKS = {"class-swapped": _class_swapped, "copied-and-forward-replaced": _copied_and_forward_replaced}
 
 #: Answers that are, or call, the package's own answer (or the checks' own): refused, naming what
 #: they use. Name -> (exercise, answer, what the message names).

@@ -29,6 +29,7 @@ collect_ignore_glob = ["notebooks/*.ipynb"]
 LONGEST_FIRST = ("tests/browser", "tests/test_grader.py")
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """Under ``-n N --dist loadfile`` (make test, make test-package): a file's tests run on one worker,
     as loadfile does, and so do all the browser tests together (each worker visits a page of the book

@@ -112,7 +112,7 @@ def test_the_order_check_sees_printing_on_both_sides():
 # --------------------------------------------------------------------------------------------
 
 #: The most words of prose chapter 4 may hold.
-CHAPTER_4_MAX_WORDS = 2800
+CHAPTER_4_MAX_WORDS = 2200
 
 
 def prose_words(notebook: dict) -> int:
@@ -131,7 +131,7 @@ def prose_words(notebook: dict) -> int:
     return len(text.split())
 
 
-def test_chapter_4_tells_its_story_in_at_most_2800_words_of_prose():
+def test_chapter_4_tells_its_story_in_at_most_2200_words_of_prose():
     notebook = json.loads(source_of("book/04_what_heads_cost").read_text(encoding="utf-8"))
     words = prose_words(notebook)
     assert words <= CHAPTER_4_MAX_WORDS, (

@@ -143,3 +143,85 @@ def test_the_jupyter_edition_shows_every_listing_as_the_book_does(docname, path,
     book = _read(docname, path, options).rstrip()
     assert f"```{options.get('language', 'python')}\n{book}\n```" in jupyter, (
         f"{docname}: the Jupyter edition's listing of {options.get('pyobject', path)} differs from the book's")
+
+
+# --------------------------------------------------------------------------------------------
+# Chapter 3: the module a learner memorises is one listing, and exercise 3.5's answer is that listing
+# --------------------------------------------------------------------------------------------
+
+#: Chapter 3's listing leaves this many of its 50 lines free, for a later argument of ``forward``.
+CHAPTER_3_MAX_LISTING_LINES = 46
+
+
+def _chapter_3_listing() -> str:
+    docname = "book/03_batched_heads"
+    found = [options for path, options in _listings(docname)
+             if path == "../mha_course/multihead.py" and options.get("pyobject") == "MultiHeadAttention"]
+    assert len(found) == 1, f"{docname}: expected one listing of MultiHeadAttention, found {len(found)}"
+    return _read(docname, "../mha_course/multihead.py", found[0])
+
+
+def test_chapter_3_shows_multihead_attention_as_one_listing_whose_forward_calls_no_package_helper():
+    """Every line ``forward`` runs is on the page: it calls no function of the package (the split and
+    the merge are written out), and the checks sit in decorators outside its body."""
+    from mha_course import multihead
+
+    listing = _chapter_3_listing().splitlines()
+    assert len(listing) <= CHAPTER_3_MAX_LISTING_LINES, f"the listing is {len(listing)} lines"
+    source = (source_of("book/03_batched_heads").parent / "../mha_course/multihead.py").read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    package_names = {alias.asname or alias.name for node in tree.body if isinstance(node, ast.ImportFrom)
+                     and node.level > 0 for alias in node.names}
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "MultiHeadAttention")
+    forward = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "forward")
+    called = {node.func.id for node in ast.walk(forward) if isinstance(node, ast.Call)
+              and isinstance(node.func, ast.Name)}
+    assert not called & package_names, f"forward calls package helpers the page does not show: {called & package_names}"
+    decorators = {ast.unparse(d).split("(")[0] for d in forward.decorator_list}
+    assert decorators == {"validated_input"}, decorators
+    assert multihead.MultiHeadAttention.forward.__wrapped__  # the check wraps the listed body
+
+
+def _method_lines(cls: ast.ClassDef, name: str, source: str) -> list[str]:
+    """A method's body, line by line and stripped: no docstring, blank lines, comments or solution markers."""
+    method = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    lines = source.splitlines()[method.body[0].lineno - 1:method.end_lineno]
+    return [line.strip() for line in lines if line.strip() and not line.strip().startswith(("#", '"""'))]
+
+
+def test_exercise_3_5s_answer_is_chapter_3s_listing_but_for_what_the_page_names():
+    """The answer differs from the listing only where the page says why: no decorators, no
+    half-precision lines, no padding lines (chapter 9's), and ``register_buffer`` for
+    ``register_causal_mask``."""
+    import json
+
+    notebook = json.loads(source_of("book/03_batched_heads").read_text(encoding="utf-8"))
+    answer = "\n".join("".join(c["source"]) for c in notebook["cells"]
+                       if c["cell_type"] == "code" and "class BatchedHeads(" in "".join(c["source"]))
+    listing = _chapter_3_listing()
+    listing_source = listing.replace("class MultiHeadAttention(nn.Module):", "class MultiHeadAttention:")
+    listed = ast.parse(listing_source).body[0]
+
+    def half_precision_free(line: str) -> str | None:
+        if line.startswith("dtype = "):
+            return None
+        return line.replace(".to(dtype)", "").replace(".to(values.dtype)", "")
+
+    def comparable(lines):
+        return [kept for line in lines if (kept := half_precision_free(line.split("  #")[0].strip())) is not None]
+
+    def padding_free(lines):  # the block under `if attention_mask is not None:`, and that line
+        padding = ("if attention_mask is not None:", "padded = ", "scores.masked_fill_(padded")
+        return [line for line in lines if not line.startswith(padding)]
+
+    answer_class = ast.parse(answer).body[0]
+    for method in ("__init__", "forward"):
+        mine = padding_free(comparable(_method_lines(listed, method, listing_source)))
+        theirs = comparable(_method_lines(answer_class, method, answer))
+        if method == "__init__":
+            mine.remove("register_causal_mask(self, context_length)")
+            assert theirs[-2:] == [
+                "future = torch.ones(context_length, context_length, dtype=torch.bool)",
+                'self.register_buffer("mask", torch.triu(future, diagonal=1))']
+            theirs = theirs[:-2]
+        assert theirs == mine, f"{method}: the answer and the listing differ: {set(theirs) ^ set(mine)}"

@@ -143,11 +143,14 @@ BOOK_FIGURES = {
             _bench_results(), configs=["small-4", "small-16", "gpt2-small"]),
     "mha_course.bench.plots.plot_relative_times: three sizes":
         lambda: _module("mha_course.bench.plots").plot_relative_times(
-            _bench_results(), configs=["small-4", "small-16", "gpt2-small"]),
+            _bench_results(), configs=["small-4", "small-16", "gpt2-small"],
+            implementations=["stacked", "batched", "fused_qkv", "fast", "raw_sdpa", "torch_mha_weights"]),
     "mha_course.bench.plots.plot_decode: stored decoding run":
         lambda: _module("mha_course.bench.plots").plot_decode(_bench_results("bench-decode-cpu.json")),
     "mha_course.bench.plots.plot_heads_map: stored heads map":
         lambda: _module("mha_course.bench.plots").plot_heads_map(_bench_results("bench-heads-map-cpu.json")),
+    "mha_course.plots.plot_rotation: head of 8, rope_theta 10000":
+        lambda: _plots().plot_rotation(head_dim=8, rope_theta=10000.0),
     "mha_course.plots.plot_tiles: 10 tokens in tiles of 4":
         lambda: _plots().plot_tiles(10, block_size=4),
     "mha_course.bench.plots.plot_tiled: stored tiled run":

@@ -79,7 +79,7 @@ def grade(folder: Path, notebooks: list[Path], env: dict[str, str], name: str, *
     process = subprocess.run([sys.executable, "-m", "mha_course", "grade", *map(str, notebooks), "--json", str(out),
                               "--timeout", "600", "--cell-timeout", "300", "--check-timeout", "120", *options],
                              cwd=folder, env=env, capture_output=True, text=True, timeout=1800)
-    assert process.returncode == 0, process.stderr
+    assert process.returncode in (0, 1), process.stderr  # 1: not every exercise passed
     reports = json.loads(out.read_text(encoding="utf-8"))["notebooks"]
     return {Path(r["notebook"]).name: {"exercises": [(e["id"], e["status"], e["checks_passed"], e["line"])
                                                      for e in r["exercises"]], "events": r["events"]}

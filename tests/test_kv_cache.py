@@ -196,3 +196,49 @@ def test_cached_decoding_with_dropout_in_training_mode_runs():
     cache = KVCache()
     out = torch.cat([gqa(random_batch(2, 1, 5, seed=t), cache=cache) for t in range(4)], dim=1)
     assert out.shape == (2, 4, 8) and torch.isfinite(out).all()
+
+
+def test_a_used_cache_pickles_without_its_layer():
+    """A weak reference cannot be pickled: the cache keeps its keys and values and forgets its owner."""
+    import pickle
+
+    gqa = _gqa(num_kv_groups=2)
+    x = random_batch(1, 4, 5)
+    cache = KVCache()
+    with torch.no_grad():
+        gqa(x[:, :3], cache=cache)
+        twin = pickle.loads(pickle.dumps(cache))
+        assert len(twin) == 3 and torch.equal(twin.keys, cache.keys) and twin._layer is None
+        torch.testing.assert_close(gqa(x[:, 3:], cache=twin), gqa(x[:, :4])[:, 3:])
+    assert len(pickle.loads(pickle.dumps(KVCache()))) == 0
+
+
+def test_a_cache_copied_with_its_layer_belongs_to_the_copy():
+    gqa = _gqa(num_kv_groups=2)
+    x = random_batch(1, 4, 5)
+    cache = KVCache()
+    with torch.no_grad():
+        gqa(x[:, :3], cache=cache)
+        layer_twin, cache_twin = copy.deepcopy((gqa, cache))
+        torch.testing.assert_close(layer_twin(x[:, 3:], cache=cache_twin), gqa(x[:, :4])[:, 3:])
+        with pytest.raises(ValueError, match=r"another layer \(GroupedQueryAttention\)"):
+            gqa(x[:, 3:], cache=cache_twin)  # the original no longer owns the copy
+
+
+@pytest.mark.parametrize("move,message", [
+    (lambda layer: layer.double(),
+     r"another layer \(GroupedQueryAttention\), filled for 3 positions, in torch\.float32 on cpu, where this "
+     r"layer's weights are torch\.float64 on cpu \(a copy of a layer moved with \.to\(\) is another layer"),
+    (lambda layer: layer.to("meta"),
+     r"another layer \(GroupedQueryAttention\), filled for 3 positions, in torch\.float32 on cpu, where this "
+     r"layer's weights are torch\.float32 on meta"),
+], ids=["dtype", "device"])
+def test_a_moved_copy_of_the_layer_is_told_what_differs(move, message):
+    gqa = _gqa(num_kv_groups=2)
+    cache = KVCache()
+    gqa(random_batch(1, 3, 5), cache=cache)
+    twin = move(copy.deepcopy(gqa))
+    x = torch.rand(1, 1, 5, dtype=twin.W_key.weight.dtype, device=twin.W_key.weight.device)
+    with pytest.raises(ValueError, match=message):
+        twin(x, cache=cache)
+    assert len(cache) == 3

@@ -1,7 +1,8 @@
 """The course's modules against transformers' GPT-2 and Llama attention: built by
 ``from_gpt2_attention`` and ``from_llama_attention``, they compute what the originals compute (in
-eval mode, given the causal mask, and for Llama with the identity rotation), keep device, dtype,
-dropout and training mode, own copies of the weights, and refuse what they cannot express.
+eval mode, given the causal mask, and for Llama with the rotary embedding a real model computes,
+prompt and cached decoding alike), keep device, dtype, dropout and training mode, own copies of the
+weights, and refuse what they cannot express.
 
 Llama's eager attention takes the softmax in float32 whatever the input's dtype, so its
 comparisons run in float32 with float32 tolerances; GPT-2's run in float64 as well.
@@ -18,13 +19,13 @@ import sys
 import pytest
 import torch
 
-from mha_course import (GroupedQueryAttention, MultiHeadAttention, UnsupportedConfigError, causal_mask,
+from mha_course import (GroupedQueryAttention, KVCache, MultiHeadAttention, UnsupportedConfigError, causal_mask,
                         from_gpt2_attention, from_llama_attention)
 
 transformers = pytest.importorskip("transformers")
 from transformers import GPT2Config, LlamaConfig  # noqa: E402
 from transformers.models.gpt2.modeling_gpt2 import GPT2Attention  # noqa: E402
-from transformers.models.llama.modeling_llama import LlamaAttention  # noqa: E402
+from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding  # noqa: E402
 
 
 def randomised(module, seed=0):
@@ -64,9 +65,15 @@ FLOAT32 = {"rtol": 1e-5, "atol": 1e-6}
 
 
 def llama_output(attention, x):
+    """What a LlamaModel's layer computes: cos and sin from the model's own rotary embedding."""
     b, t, _ = x.shape
-    identity = (torch.ones(b, t, attention.head_dim, dtype=x.dtype), torch.zeros(b, t, attention.head_dim, dtype=x.dtype))
-    return attention(x, position_embeddings=identity, attention_mask=additive_causal_mask(t, x.dtype))[0]
+    position_ids = torch.arange(t).expand(b, -1)
+    rotation = LlamaRotaryEmbedding(attention.config)(x, position_ids)
+    return attention(x, position_embeddings=rotation, attention_mask=additive_causal_mask(t, x.dtype))[0]
+
+
+LLAMA3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+          "high_freq_factor": 4.0, "original_max_position_embeddings": 8}
 
 
 def batch(width, num_tokens=7, dtype=torch.float64, seed=1):
@@ -108,10 +115,10 @@ def test_llama_attention_and_the_course_module_agree(width, heads, kv_heads):
 
 
 def test_llama_with_attention_bias_agrees_biases_and_all():
-    attention = llama(12, 4, 2, attention_bias=True)
+    attention = llama(16, 4, 2, attention_bias=True)
     gqa = from_llama_attention(attention)
     assert gqa.W_key.bias is not None
-    x = batch(12, dtype=torch.float32)
+    x = batch(16, dtype=torch.float32)
     with torch.no_grad():
         assert torch.allclose(gqa(x), llama_output(attention, x), **FLOAT32)
         assert gqa.out_proj.bias.abs().min() > 0  # a bias the comparison would miss if dropped
@@ -122,15 +129,60 @@ def test_llama_without_bias_gets_a_zero_output_bias():
     assert gqa.W_query.bias is None and torch.equal(gqa.out_proj.bias, torch.zeros(8))
 
 
-def test_a_real_rotation_is_what_does_not_carry_over():
-    attention = llama(8, 2, 2)
-    x = batch(8, dtype=torch.float32)
-    b, t, _ = x.shape
-    angles = torch.arange(t, dtype=x.dtype)[:, None] * torch.ones(attention.head_dim, dtype=x.dtype)
-    rotated = attention(x, position_embeddings=(angles.cos().expand(b, t, -1), angles.sin().expand(b, t, -1)),
-                        attention_mask=additive_causal_mask(t, x.dtype))[0]
+ROPE_TYPES = {"default": {}, "llama3": {"rope_parameters": LLAMA3}}
+
+
+@pytest.mark.parametrize("rope", sorted(ROPE_TYPES))
+@pytest.mark.parametrize("width,heads,kv_heads", [(16, 4, 1), (16, 4, 2), (24, 4, 4)])
+def test_the_rotation_carries_over_for_a_prompt_and_for_cached_decoding(rope, width, heads, kv_heads):
+    attention = llama(width, heads, kv_heads, max_position_embeddings=32, **ROPE_TYPES[rope])
+    gqa = from_llama_attention(attention)
+    x = batch(width, num_tokens=20, dtype=torch.float32)  # past llama3's original 8 positions
     with torch.no_grad():
-        assert not torch.allclose(from_llama_attention(attention)(x), rotated, atol=1e-6)
+        theirs = llama_output(attention, x)
+        torch.testing.assert_close(gqa(x), theirs, rtol=1e-5, atol=1e-5)
+        cache = KVCache()  # a prompt of 4, then one token at a time
+        steps = [gqa(x[:, :4], cache=cache)] + [gqa(x[:, t:t + 1], cache=cache) for t in range(4, 20)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), theirs, rtol=1e-5, atol=1e-5)
+    # the rotation matters at these sizes: without it the outputs are far apart
+    gqa.rotary = None
+    with torch.no_grad():
+        assert (gqa(x) - theirs).abs().max() > 1e-2
+
+
+def test_the_frequencies_are_llamas_own():
+    for parameters in ({}, {"rope_parameters": LLAMA3}):
+        attention = llama(16, 2, 1, **parameters)
+        gqa = from_llama_attention(attention)
+        assert torch.equal(gqa.rotary.inv_freq, LlamaRotaryEmbedding(attention.config).inv_freq)
+    assert from_llama_attention(llama(16, 2, 1)).rotary.rope_theta == 10000.0
+    assert from_llama_attention(llama(16, 2, 1, rope_parameters=LLAMA3)).rotary.rope_theta == 500000.0
+
+
+def test_the_converted_rotation_survives_a_state_dict_round_trip():
+    gqa = from_llama_attention(llama(16, 2, 1, rope_parameters=LLAMA3))
+    twin = GroupedQueryAttention(16, 16, 16, 0.0, 2, 1, rope_theta=500000.0)
+    twin.load_state_dict(gqa.state_dict())
+    x = batch(16, dtype=torch.float32)
+    with torch.no_grad():
+        torch.testing.assert_close(twin(x), gqa(x))
+
+
+def test_left_padded_llama_positions_match_transformers():
+    """A batch padded on the left, with transformers' position ids (counting from each first real token)."""
+    attention = llama(16, 4, 2)
+    gqa = from_llama_attention(attention)
+    x = batch(16, num_tokens=6, dtype=torch.float32)
+    real = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    position_ids = (real.cumsum(-1) - 1).clamp(min=0)
+    cos, sin = LlamaRotaryEmbedding(attention.config)(x, position_ids)
+    additive = additive_causal_mask(6, x.dtype).expand(2, 1, 6, 6).clone()
+    additive.masked_fill_(real[:, None, None, :] == 0, torch.finfo(x.dtype).min)
+    with torch.no_grad():
+        theirs = attention(x, position_embeddings=(cos, sin), attention_mask=additive)[0]
+        ours = gqa(x, attention_mask=real, position_ids=position_ids)
+    assert torch.isfinite(ours).all()
+    torch.testing.assert_close(ours[real.bool()], theirs[real.bool()], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("make,convert,output", [
@@ -218,7 +270,11 @@ def test_a_module_of_another_type_gets_a_type_error_naming_the_class_expected():
      r"is_cross_attention=True is not supported: the course's modules attend within one sequence"),
     (lambda: llama(8, 2, 1, head_dim=8),
      r"head_dim=8 is not supported: 2 heads of width 8 make 16, not hidden_size=8.*head_dim=4"),
-], ids=["no-scale", "inverse-layer-scale", "upcast", "cross-attention", "llama-head-dim"])
+    (lambda: llama(8, 2, 1, rope_parameters={"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4}),
+     r"rope_type='yarn' is not supported: .*carries over the rope types 'default' and 'llama3'"),
+    (lambda: llama(8, 2, 1, rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}),
+     r"rope_type='linear' is not supported"),
+], ids=["no-scale", "inverse-layer-scale", "upcast", "cross-attention", "llama-head-dim", "yarn", "linear"])
 def test_what_the_course_cannot_express_gets_one_named_error(make, message):
     attention = make()
     convert = from_llama_attention if isinstance(attention, LlamaAttention) else from_gpt2_attention

@@ -9,9 +9,13 @@ workflow files and check that:
 - every ``run`` step is a README command (``make test``, ``make test-package``, ``make book``,
   ``make book-student``), except on Windows, which has no dependable ``make``: there the steps must be
   the Makefile's own recipe lines, with the virtual environment's Windows path;
-- every job pins the Python version the README states (and ``pyproject.toml`` requires), and caches
-  pip's downloads keyed on ``requirements.txt``;
-- the publishing job deploys ``_build/html`` with the permissions and environment GitHub Pages needs.
+- every job pins a Python the README states (and ``pyproject.toml`` requires): a job without a matrix
+  the oldest, the one the stored outputs come from; a matrix any of them. Every job caches pip's
+  downloads keyed on ``requirements.txt``;
+- every Python the README states runs the package's tests on Linux, macOS and Windows;
+- the publishing job builds both books, assembles the edition the repository variable ``BOOK_EDITION``
+  names with ``make pages``, and deploys ``_build/pages`` with the permissions and environment GitHub
+  Pages needs; ``make pages`` puts each edition where it belongs.
 
 Each check returns a list of problems, so the last tests can show that a drifted copy of a workflow is
 caught. Nothing here runs GitHub: whether the hosted runners accept the files is only known there.
@@ -43,6 +47,9 @@ ACTION = re.compile(r"^([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(/[A-Za-z0-9_./-]+)?@[A-Z
 WINDOWS_VARIABLES = {"PYTHON": "python", "BIN": ".venv/Scripts"}
 # Where `make book-student` writes the book without solutions.
 STUDENT_HTML = "_build/student-book/_build/html"
+# Where `make pages` assembles the site that GitHub Pages publishes, and the setting that chooses it.
+PAGES_HTML = "_build/pages"
+EDITION_SETTING = "${{ vars.BOOK_EDITION || 'solutions' }}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -60,11 +67,29 @@ def load_workflows() -> dict[str, dict]:
     return workflows
 
 
-def readme_python() -> str:
-    """The Python version the README asks for ("Python 3.11 or newer" gives "3.11")."""
-    found = re.findall(r"Python (\d+\.\d+) or newer", README)
-    assert len(set(found)) == 1, f"the README should state one minimum Python version, found {found}"
-    return found[0]
+PYTHON_RANGE = re.compile(r"Python 3\.(\d+) to 3\.(\d+)")
+
+
+def pythons_in(readme: str) -> list[str]:
+    """The Python versions the README supports, oldest first ("Python 3.11 to 3.13" gives 3.11, 3.12, 3.13).
+
+    >>> pythons_in("You need Python 3.11 to 3.13 and make.")
+    ['3.11', '3.12', '3.13']
+    """
+    found = set(PYTHON_RANGE.findall(readme))
+    assert len(found) == 1, f"the README should state one range of Python versions, found {sorted(found)}"
+    [(oldest, newest)] = found
+    return [f"3.{minor}" for minor in range(int(oldest), int(newest) + 1)]
+
+
+def readme_pythons() -> list[str]:
+    return pythons_in(README)
+
+
+def requires_python(versions: list[str]) -> str:
+    """The ``requires-python`` line of ``pyproject.toml`` that allows exactly ``versions``."""
+    newest = versions[-1].split(".")
+    return f'requires-python = ">={versions[0]},<{newest[0]}.{int(newest[1]) + 1}"'
 
 
 def read_makefile(text: str, overrides: dict[str, str] | None = None) -> tuple[dict[str, str], dict[str, list[str]]]:
@@ -199,36 +224,89 @@ def structure_problems(name: str, workflow) -> list[str]:
     return problems
 
 
-def python_problems(name: str, workflow: dict, version: str) -> list[str]:
-    """Every job that runs commands pins ``version``, and caches pip's downloads keyed on requirements.txt."""
+MATRIX_KEY = re.compile(r"^\$\{\{\s*matrix\.([\w-]+)\s*\}\}$")
+
+
+def job_pythons(where: str, job: dict, versions: list[str]) -> tuple[list[str], list[str]]:
+    """The Python versions a job runs, and the problems with how it pins them.
+
+    A job without a matrix pins the oldest of ``versions`` (the README's); a job whose
+    ``python-version`` is ``${{ matrix.KEY }}`` runs each version its matrix lists, each one of
+    ``versions``. Every version is a quoted string: YAML reads 3.10 as 3.1.
+    """
+    oldest = versions[0]
+    container = job.get("container")
+    image = str(container.get("image", "") if isinstance(container, dict) else container or "")
+    image_version = re.match(r"^python:(\d+\.\d+)(?:[.-]|$)", image)
+    setups = [step for step in steps_of(job) if uses(step, "actions/setup-python")]
     problems = []
-    for job_id, job in jobs_of(workflow).items():
-        if not run_lines(job):
-            continue
-        where = f"{name}: job {job_id!r}"
-        container = job.get("container")
-        image = str(container.get("image", "") if isinstance(container, dict) else container or "")
-        image_version = re.match(r"^python:(\d+\.\d+)(?:[.-]|$)", image)
-        setups = [step for step in steps_of(job) if uses(step, "actions/setup-python")]
-        if image_version and not setups:
-            if image_version.group(1) != version:
-                problems.append(f"{where} runs in {image}, not Python {version} as the README states")
-            caches = [step for step in steps_of(job) if uses(step, "actions/cache")]
-            if not any("hashFiles('requirements.txt')" in str(step.get("with", {}).get("key")) for step in caches):
-                problems.append(f"{where} does not cache pip's downloads keyed on requirements.txt")
-        elif len(setups) == 1:
-            settings = setups[0].get("with") or {}
-            pinned = settings.get("python-version")
-            if not isinstance(pinned, str) or pinned != version:
-                problems.append(
-                    f"{where} sets up Python {pinned!r}, not {version!r} as the README states "
-                    "(quote it: YAML reads 3.10 as 3.1)"
-                )
-            if settings.get("cache") != "pip" or settings.get("cache-dependency-path") != "requirements.txt":
-                problems.append(f"{where} does not cache pip's downloads keyed on requirements.txt")
-        else:
-            problems.append(f"{where} pins no Python (one actions/setup-python step, or a python:X.Y container)")
-    return problems
+    if image_version and not setups:
+        if image_version.group(1) != oldest:
+            problems.append(f"{where} runs in {image}, not Python {oldest} as the README states")
+        caches = [step for step in steps_of(job) if uses(step, "actions/cache")]
+        if not any("hashFiles('requirements.txt')" in str(step.get("with", {}).get("key")) for step in caches):
+            problems.append(f"{where} does not cache pip's downloads keyed on requirements.txt")
+        return [image_version.group(1)], problems
+    if len(setups) != 1:
+        return [], [f"{where} pins no Python (one actions/setup-python step, or a python:X.Y container)"]
+    settings = setups[0].get("with") or {}
+    if settings.get("cache") != "pip" or settings.get("cache-dependency-path") != "requirements.txt":
+        problems.append(f"{where} does not cache pip's downloads keyed on requirements.txt")
+    pinned = settings.get("python-version")
+    key = MATRIX_KEY.match(pinned) if isinstance(pinned, str) else None
+    if key is None:
+        if not isinstance(pinned, str) or pinned != oldest:
+            problems.append(f"{where} sets up Python {pinned!r}, not {oldest!r} as the README states "
+                            "(quote it: YAML reads 3.10 as 3.1)")
+        return [pinned] if isinstance(pinned, str) else [], problems
+    matrix = (job.get("strategy") or {}).get("matrix") or {}
+    listed = matrix.get(key.group(1)) if isinstance(matrix, dict) else None
+    if not isinstance(listed, list) or not listed:
+        return [], problems + [f"{where} sets up Python from matrix key {key.group(1)!r}, which its matrix "
+                               "does not list"]
+    for version in listed:
+        if not isinstance(version, str):
+            problems.append(f"{where}: the matrix lists Python {version!r} (quote it: YAML reads 3.10 as 3.1)")
+        elif version not in versions:
+            problems.append(f"{where}: the matrix lists Python {version!r}, not a Python the README supports "
+                            f"({versions[0]} to {versions[-1]})")
+    return [version for version in listed if isinstance(version, str)], problems
+
+
+def python_problems(name: str, workflow: dict, versions: list[str]) -> list[str]:
+    """Every job that runs commands pins a Python of ``versions``, and caches pip's downloads keyed on requirements.txt."""
+    return [
+        problem
+        for job_id, job in jobs_of(workflow).items()
+        if run_lines(job)
+        for problem in job_pythons(f"{name}: job {job_id!r}", job, versions)[1]
+    ]
+
+
+def matrix_problems(workflows: dict[str, dict], makefile: str, versions: list[str]) -> list[str]:
+    """Every Python of ``versions`` runs the package's tests on Linux, macOS and Windows.
+
+    ``make test`` runs them too (its pytest collects everything ``make test-package`` does), and on
+    Windows the Makefile's recipe stands for ``make test-package``.
+    """
+    windows = windows_recipe(makefile)
+    ran: set[tuple[str, str]] = set()  # (platform, version)
+    for name, workflow in workflows.items():
+        for job_id, job in jobs_of(workflow).items():
+            lines = run_lines(job)
+            if not ({"make test", "make test-package"} & set(lines) or lines == windows):
+                continue
+            runs, _ = job_pythons(f"{name}: job {job_id!r}", job, versions)
+            ran |= {(platform, version) for platform in PLATFORMS if platform in runner(job) for version in runs}
+    return [
+        f"no job runs the package's tests with Python {version} on {platform}"
+        for platform in PLATFORMS
+        for version in versions
+        if (platform, version) not in ran
+    ]
+
+
+PLATFORMS = ("ubuntu", "macos", "windows")
 
 
 def command_problems(workflows: dict[str, dict], makefile: str, readme: str) -> list[str]:
@@ -270,7 +348,8 @@ def command_problems(workflows: dict[str, dict], makefile: str, readme: str) -> 
 
 
 def pages_problems(workflows: dict[str, dict]) -> list[str]:
-    """One workflow builds the book and hands ``_build/html`` to Pages; a job deploys it as Pages requires."""
+    """One workflow builds both books, assembles the edition ``BOOK_EDITION`` names (``make pages``) and hands
+    ``_build/pages`` to Pages; a job deploys it as Pages requires."""
     problems = []
     for name, workflow in workflows.items():
         jobs = jobs_of(workflow)
@@ -283,11 +362,18 @@ def pages_problems(workflows: dict[str, dict]) -> list[str]:
         if not uploads:
             continue
         for job_id, step in uploads.items():
-            if (step.get("with") or {}).get("path") != "_build/html":
-                problems.append(f"{name}: job {job_id!r} hands Pages something other than _build/html")
+            if (step.get("with") or {}).get("path") != PAGES_HTML:
+                problems.append(f"{name}: job {job_id!r} hands Pages something other than {PAGES_HTML}")
             lines = run_lines(jobs[job_id])
             if "make book" not in lines:
                 problems.append(f"{name}: job {job_id!r} publishes without running `make book`")
+            if "make pages" not in lines or lines.index("make pages") < max(
+                    lines.index(line) for line in ("make book", "make book-student") if line in lines):
+                problems.append(f"{name}: job {job_id!r} does not assemble the site with `make pages` after both books")
+            env = {**(workflow.get("env") or {}), **(jobs[job_id].get("env") or {})}
+            if env.get("BOOK_EDITION") != EDITION_SETTING:
+                problems.append(f"{name}: job {job_id!r} does not read the edition from the repository variable "
+                                f"(env BOOK_EDITION: {EDITION_SETTING})")
             student = [
                 s for s in steps_of(jobs[job_id])
                 if uses(s, "actions/upload-artifact") and (s.get("with") or {}).get("path")
@@ -323,12 +409,13 @@ def pages_problems(workflows: dict[str, dict]) -> list[str]:
 
 
 def all_problems(workflows: dict[str, dict], makefile: str = MAKEFILE, readme: str = README) -> list[str]:
-    version = readme_python() if readme is README else re.search(r"Python (\d+\.\d+) or newer", readme).group(1)
+    versions = pythons_in(readme)
     problems = []
     for name, workflow in workflows.items():
         problems += structure_problems(name, workflow)
-        problems += python_problems(name, workflow, version)
-    return problems + command_problems(workflows, makefile, readme) + pages_problems(workflows)
+        problems += python_problems(name, workflow, versions)
+    return (problems + command_problems(workflows, makefile, readme) + matrix_problems(workflows, makefile, versions)
+            + pages_problems(workflows))
 
 
 WORKFLOW_FILES = load_workflows()
@@ -347,11 +434,20 @@ def test_each_workflow_has_the_keys_github_requires(name):
     assert structure_problems(name, WORKFLOW_FILES[name]) == []
 
 
-def test_every_job_pins_the_python_the_readme_states_and_caches_pip():
-    version = readme_python()
+def test_pyproject_requires_the_pythons_the_readme_states():
     pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
-    assert f'requires-python = ">={version}"' in pyproject, "pyproject.toml and the README disagree on Python"
-    assert [p for name, wf in WORKFLOW_FILES.items() for p in python_problems(name, wf, version)] == []
+    assert requires_python(readme_pythons()) in pyproject, "pyproject.toml and the README disagree on Python"
+    assert requires_python(["3.11", "3.12", "3.13"]) == 'requires-python = ">=3.11,<3.14"'
+
+
+def test_every_job_pins_a_python_the_readme_states_and_caches_pip():
+    versions = readme_pythons()
+    assert [p for name, wf in WORKFLOW_FILES.items() for p in python_problems(name, wf, versions)] == []
+
+
+def test_every_python_runs_the_package_tests_on_every_platform():
+    assert matrix_problems(WORKFLOW_FILES, MAKEFILE, readme_pythons()) == []
+    assert len(readme_pythons()) >= 3, "the README states fewer Pythons than the course supports (3.11 to 3.13)"
 
 
 def test_every_step_is_a_readme_command_or_the_makefiles_recipe():
@@ -449,6 +545,27 @@ DRIFTS = {
         lambda w: _job(w, "test.yml", "make test").update({"container": "python:3.12-bookworm"}),
         "runs in python:3.12-bookworm, not Python 3.11",
     ),
+    "a Python dropped from the macOS matrix": (
+        lambda w: _job(w, "test.yml", "macos")["strategy"]["matrix"]["python"].remove("3.13"),
+        "no job runs the package's tests with Python 3.13 on macos",
+    ),
+    "the Linux matrix no longer runs the newest Python": (
+        lambda w: _job(w, "test.yml", "make test-package")["strategy"]["matrix"]["python"].remove("3.13"),
+        "no job runs the package's tests with Python 3.13 on ubuntu",
+    ),
+    "a matrix version written as a YAML number": (
+        lambda w: _job(w, "test.yml", "windows")["strategy"]["matrix"]["python"].__setitem__(0, 3.11),
+        "the matrix lists Python 3.11 (quote it",
+    ),
+    "a matrix with a Python the README does not state": (
+        lambda w: _job(w, "test.yml", "macos")["strategy"]["matrix"]["python"].append("3.10"),
+        "the matrix lists Python '3.10', not a Python the README supports",
+    ),
+    "setup-python reads a matrix key the matrix lacks": (
+        lambda w: _step(_job(w, "test.yml", "windows"), "actions/setup-python")["with"].update(
+            {"python-version": "${{ matrix.py }}"}),
+        "matrix key 'py', which its matrix does not list",
+    ),
     "the pip cache no longer keyed on requirements.txt": (
         lambda w: _step(_job(w, "test.yml", "windows"), "actions/setup-python")["with"].pop("cache-dependency-path"),
         "does not cache pip's downloads keyed on requirements.txt",
@@ -474,7 +591,15 @@ DRIFTS = {
     "Pages handed another folder": (
         lambda w: _step(_job(w, "publish.yml", "make book"), "actions/upload-pages-artifact")["with"].update(
             {"path": "_build"}),
-        "hands Pages something other than _build/html",
+        "hands Pages something other than _build/pages",
+    ),
+    "the edition no longer a setting": (
+        lambda w: _job(w, "publish.yml", "make book")["env"].update({"BOOK_EDITION": "solutions"}),
+        "does not read the edition from the repository variable",
+    ),
+    "the site assembled before the student book": (
+        lambda w: _job(w, "publish.yml", "make book")["steps"].sort(key=lambda step: step.get("run") != "make pages"),
+        "does not assemble the site with `make pages` after both books",
     ),
     "the student book no longer kept": (
         lambda w: _replace_run(_job(w, "publish.yml", "make book"), "make book-student", "make book"),
@@ -503,9 +628,13 @@ def test_a_makefile_recipe_changed_without_the_windows_steps_is_caught():
 
 
 def test_a_readme_that_moves_on_is_caught():
-    newer = README.replace("Python 3.11 or newer", "Python 3.12 or newer")
+    newer = README.replace("Python 3.11 to 3.13", "Python 3.12 to 3.13")
     assert newer != README
     assert any("not '3.12'" in problem for problem in all_problems(WORKFLOW_FILES, readme=newer))
+    wider = README.replace("Python 3.11 to 3.13", "Python 3.11 to 3.14")
+    assert wider != README
+    assert "no job runs the package's tests with Python 3.14 on windows" in all_problems(WORKFLOW_FILES, readme=wider)
+    assert requires_python(pythons_in(wider)) == 'requires-python = ">=3.11,<3.15"'
     without = README.replace("make test-package", "make tests-of-the-package")
     assert any("which the README does not mention" in p for p in all_problems(WORKFLOW_FILES, readme=without))
 
@@ -575,3 +704,31 @@ def test_the_notebook_hook_checks_every_chapter_and_nothing_else():
 def test_contributing_says_how_to_install_the_hooks():
     contributing = (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8")
     assert "pre-commit install" in contributing
+
+
+@pytest.mark.skipif(
+    shutil.which("make") is None or sys.platform == "win32",
+    reason="needs make (Windows runs the Makefile's recipe without it)",
+)
+def test_make_pages_publishes_the_edition_book_edition_names(tmp_path):
+    """Two stand-in books, and what ``make pages`` assembles from them for each setting."""
+    for folder, text in (("_build/html", "with solutions"), (STUDENT_HTML, "without solutions")):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "index.html").write_text(text, encoding="utf-8")
+    env = {name: value for name, value in os.environ.items() if name not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+
+    def pages(edition: str | None) -> subprocess.CompletedProcess:
+        settings = {} if edition is None else {"BOOK_EDITION": edition}
+        return subprocess.run(["make", "--no-print-directory", "-f", str(REPO / "Makefile"), "pages"], cwd=tmp_path,
+                              env={**env, **settings}, capture_output=True, text=True, check=False)
+
+    def site() -> dict[str, str]:
+        root = tmp_path / PAGES_HTML
+        return {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8") for p in root.rglob("*.html")}
+
+    assert pages(None).returncode == 0 and site() == {"index.html": "with solutions"}
+    assert pages("student").returncode == 0 and site() == {"index.html": "without solutions"}
+    assert pages("both").returncode == 0
+    assert site() == {"index.html": "without solutions", "solutions/index.html": "with solutions"}
+    wrong = pages("teachers")
+    assert wrong.returncode != 0 and "BOOK_EDITION must be solutions, student or both, not 'teachers'" in wrong.stderr

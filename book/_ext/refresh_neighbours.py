@@ -6,7 +6,8 @@ removing or moving a chapter left its neighbours linking to the old order. Delet
 (and its line in ``_config.yml``) once Sphinx rewrites the pages whose neighbours moved.
 
 This remembers every page's neighbours in the build environment and, on the next build, also
-rewrites the pages whose neighbours changed.
+rewrites the pages whose neighbours changed, and every page when a page was added or removed (each
+page's sidebar lists them all).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ def _pages_with_new_neighbours(app, env) -> list[str]:
     env._book_relations = relations  # pickled with the environment, for the next build
     if before is None:
         return []
+    if set(before) != set(relations):  # a page added or removed: every page's sidebar lists the pages
+        return sorted(name for name in relations if name in env.all_docs)
     return sorted(name for name, links in relations.items() if before.get(name) != links and name in env.all_docs)
 
 

@@ -75,8 +75,10 @@ def plot_results(results: dict, metric: str = "median_s", configs: Iterable[str]
     return figure
 
 
-def plot_relative_times(results: dict, configs: Iterable[str] | None = None, reference: str = "batched"):
-    """Every implementation's median time as a multiple of ``reference``'s, a panel per size.
+def plot_relative_times(results: dict, configs: Iterable[str] | None = None, reference: str = "batched",
+                        implementations: Iterable[str] | None = None):
+    """Every implementation's median time (or those in ``implementations``) as a multiple of
+    ``reference``'s, a panel per size.
 
     Two bars per implementation, forward (filled) and training step (hatched), drawn from the
     line at 1 on a log axis: a bar that goes left is faster than ``reference``, one that goes right
@@ -93,13 +95,19 @@ def plot_relative_times(results: dict, configs: Iterable[str] | None = None, ref
         ...                            "implementations": {"stacked": {}, "batched": {}}})
         >>> [round(float(bar.get_width()), 2) for bar in fig.axes[0].patches]  # ratio - 1, from the line at 1
         [1.0, 1.0, 0.0, 0.0]
+        >>> fig = plot_relative_times({"configs": [{"name": "tiny"}], "rows": rows,
+        ...                            "implementations": {"stacked": {}, "batched": {}}},
+        ...                           implementations=["batched"])
+        >>> [label.get_text() for label in fig.axes[0].get_yticklabels()]
+        ['batched']
     """
     import matplotlib.pyplot as plt
 
     from ..plots import COLUMN_WIDTH, HEAD_PALETTE, NEUTRAL, house_style
 
     configs = list(configs or [c["name"] for c in results["configs"]])
-    names = list(results["implementations"])
+    names = [name for name in results["implementations"]
+             if implementations is None or name in set(implementations)]
     modes = [m for m in MODES if select(results, mode=m)]
     styles = {"forward": dict(color=HEAD_PALETTE[0], hatch=None, label="forward"),
               "forward+backward": dict(color=HEAD_PALETTE[1], hatch="///", label="training step")}

@@ -7,9 +7,9 @@ functions on any operating system.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from ..implementations import IMPLEMENTATIONS
+from ..notebook_files import find_data
 from ..tables import Table
 from .steps import MODE_LABELS, MODES
 
@@ -72,8 +72,11 @@ def results_stem(device: str, label: str | None = None, benchmark: str | None = 
 
 
 def load_results(path) -> dict:
-    """Read a results file written by :func:`~mha_course.bench.files.write_results`, checking its format version."""
-    path = Path(path)
+    """Read a results file written by :func:`~mha_course.bench.files.write_results`, checking its format version.
+
+    A path under ``data/`` that is not there is read from the package's copy of the book's stored
+    runs (:func:`mha_course.notebook_files.find_data`)."""
+    path = find_data(path)
     results = json.loads(path.read_text(encoding="utf-8"))
     version = results.get("meta", {}).get("format_version")
     if version != FORMAT_VERSION:

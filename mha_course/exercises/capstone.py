@@ -23,7 +23,7 @@ from .probes import (batch, causality_check, device_check, draw, dropout_in_eval
                      probe_backward, probe_dropout, probe_module_class, probe_on_devices, state_of)
 from .records import (Failed, Recorder, expect_close, expect_shape, format_shape, plain, raised, same, seed_of,
                       tensor_of, value_of)
-from .shortcuts import attention_modules, package, report_runs, torch_attention
+from .shortcuts import attention_modules, package, torch_attention
 
 DROPOUT = 0.5
 
@@ -379,5 +379,3 @@ CAPSTONE = Exercise(
 )
 
 __all__ = ["CAPSTONE", "capstone_cases", "batched_variant", "dropout_expected", "reference"]
-
-report_runs(__name__)  # the checks' own functions report when they run (see shortcuts)

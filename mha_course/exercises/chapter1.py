@@ -13,7 +13,7 @@ from .probes import (KEEP, batch, causality_check, connected_check, device_check
                      future_changed, matrices, probe_backward, probe_on_devices)
 from .records import (Failed, Recorder, dict_of, expect_close, expect_shape, format_shape, plain, same, seed_of,
                       tensor_of)
-from .shortcuts import attention_modules, package, report_runs, torch_attention
+from .shortcuts import attention_modules, package, torch_attention
 
 # ----------------------------------------------------------------------------------------------
 # 1.1 Build the causal mask
@@ -433,5 +433,3 @@ SHAPES = Exercise(
 EXERCISES = (MASK, HEAD, SHAPES)
 
 __all__ = ["EXERCISES", "reference_head", "head_variant", "head_cases", "mask_sizes", "shape_cases", "measured_shapes"]
-
-report_runs(__name__)  # the checks' own functions report when they run (see shortcuts)

@@ -18,7 +18,7 @@ from .probes import (batch, causality_check, connected_check, device_check, draw
                      probe_module_class, probe_on_devices)
 from .records import (Failed, Recorder, describe, expect_close, expect_shape, int_of, number_text, plain, same, seed_of,
                       tensor_of, value_of)
-from .shortcuts import attention_modules, package, report_runs
+from .shortcuts import attention_modules, package
 
 # ----------------------------------------------------------------------------------------------
 # 2.1 A wrapper of CausalAttention heads
@@ -563,5 +563,3 @@ FORMULA = Exercise(
 EXERCISES = (STACKED, WIDTH, FORMULA)
 
 __all__ = ["EXERCISES", "reference_wrapper", "stacked_cases", "width_cases", "formula_cases", "dropout_expected"]
-
-report_runs(__name__)  # the checks' own functions report when they run (see shortcuts)

@@ -18,7 +18,7 @@ from .framework import Check, Exercise, Mistake
 from .probes import (agrees, batch, connected_check, device_check, draw, probe_backward, probe_on_devices)
 from .records import (Failed, Recorder, dict_of, expect_close, expect_shape, format_shape, number, number_text, plain, raised,
                       same, seed_of, summarise, tensor_of, value_of)
-from .shortcuts import attention_modules, package, report_runs
+from .shortcuts import attention_modules, package
 
 HEAD_LABELS = ("sequence", "head", "token")
 TOKEN_LABELS = ("sequence", "token")
@@ -578,5 +578,3 @@ SIZE = Exercise(
 EXERCISES = (SPLIT, MERGE, TRANSFER, SIZE, CAPSTONE)
 
 __all__ = ["EXERCISES", "split_cases", "merge_cases", "transfer_cases", "pair", "layer_cases", "layer_expected"]
-
-report_runs(__name__)  # the checks' own functions report when they run (see shortcuts)

@@ -20,7 +20,7 @@ from .probes import (agrees, batch, causality_check, device_check, draw, dropout
                      probe_on_devices)
 from .records import (Failed, Recorder, expect_close, format_shape, number, number_of, number_text, same, seed_of,
                       tensor_of)
-from .shortcuts import Shortcut, attention_modules, called, package, report_runs, sdpa_entry_points, torch_attention
+from .shortcuts import Shortcut, attention_modules, called, package, sdpa_entry_points, torch_attention
 
 # ----------------------------------------------------------------------------------------------
 # 4.1 Where attention's work goes
@@ -332,5 +332,3 @@ EXERCISES = (SHARE, FUSED)
 
 __all__ = ["EXERCISES", "share_variant", "expected_share", "share_cases", "fused_cases", "fused_module",
            "fused_variant"]
-
-report_runs(__name__)  # the checks' own functions report when they run (see shortcuts)

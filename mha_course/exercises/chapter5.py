@@ -23,7 +23,6 @@ from ..experiments.specialisation import (IGNORE_INDEX, SpecialisationConfig, Ti
 from .framework import Check, Exercise, Mistake
 from .probes import agrees, case_seed, generator
 from .records import Failed, Recorder, number, number_of, number_text, plain, seed_of, value_of
-from .shortcuts import report_runs
 
 #: The stored models: their weights, and how they were trained.
 MODELS_PATH = Path(__file__).parent / "data" / "trained_models.json"
@@ -265,5 +264,3 @@ ABLATION = Exercise(
 EXERCISES = (ABLATION,)
 
 __all__ = ["EXERCISES", "trained_model", "write_models", "ablated", "ablation_cases", "ablation_data", "drop_variant"]
-
-report_runs(__name__)  # the checks' own functions report when they run (see shortcuts)

@@ -20,7 +20,7 @@ from .framework import Check, Exercise, Mistake
 from .probes import agrees, case_seed, chooser, device_check, error_on_device, generator, probe_on_devices
 from .records import (Failed, Recorder, describe, expect_close, expect_shape, format_shape, int_of, number, number_text, plain,
                       raised, same, seed_of, tensor_of, value_of)
-from .shortcuts import attention_modules, package, report_runs
+from .shortcuts import attention_modules, package
 
 DEVICE_HINT = ("Build new tensors from the inputs (torch.cat, repeat_interleave, the module's layers): a tensor "
                "made anew (torch.zeros, torch.tensor) lands on the CPU unless you pass its device.")
@@ -492,5 +492,3 @@ EXERCISES = (EXPAND, STEP, SIZE)
 
 __all__ = ["EXERCISES", "expand_case", "reference_expand", "step_case", "step_inputs", "step_expected", "step_variant",
            "size_case", "size_variant"]
-
-report_runs(__name__)  # the checks' own functions report when they run (see shortcuts)

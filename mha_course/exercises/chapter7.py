@@ -13,7 +13,7 @@ from ..tiled import COMPUTED, CUT, SKIPPED, TiledMultiHeadAttention, tile_kind, 
 from .framework import Check, Exercise, Mistake
 from .probes import chooser, device_check, generator, probe_on_devices
 from .records import Failed, Recorder, describe, expect_close, format_shape, plain, same, seed_of, value_of
-from .shortcuts import package, report_runs, torch_attention
+from .shortcuts import package, torch_attention
 
 DEVICE_HINT = ("Build the new state from the inputs (torch.maximum, torch.exp, @): a tensor made anew "
                "(torch.zeros, torch.tensor) lands on the CPU unless you pass its device.")
@@ -386,5 +386,3 @@ EXERCISES = (UPDATE, TILES)
 
 __all__ = ["EXERCISES", "update_case", "update_variant", "empty_state", "run_updates", "tile_case", "tile_grid",
            "tile_variant"]
-
-report_runs(__name__)  # the checks' own functions report when they run (see shortcuts)

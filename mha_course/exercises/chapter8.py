@@ -20,8 +20,9 @@ from ..multihead import MultiHeadAttention
 from ..transformers_interop import from_gpt2_attention
 from .framework import Check, Exercise, Mistake
 from .probes import batch, draw, generator, state_of
-from .records import Failed, Recorder, expect_close, plain, raised, same, seed_of, value_of
-from .shortcuts import package, report_runs
+from .records import (Failed, Recorder, describe, expect_close, format_values, plain, raised, same, seed_of,
+                      value_of)
+from .shortcuts import package
 
 TOKEN_LABELS = ("sequence", "token")
 ROLES = ("W_query", "W_key", "W_value")
@@ -96,7 +97,11 @@ def _kinds(mha) -> dict[str, str]:
 def _probe_mapping(copy_weights, rec: Recorder) -> None:
     for case in mapping_cases(rec.seed):
         attention, mha = gpt2_layer(rec.seed, case), course_module(rec.seed, case)
-        rec.call(f"{case}_call", copy_weights, attention, mha)
+        returned = rec.call(f"{case}_call", copy_weights, attention, mha)
+        rec.note(f"{case}_returned_mha", returned is mha)
+        # the module the check runs must be the course's class with its own forward
+        rec.note(f"{case}_module", {"class": type(mha).__name__, "course_class": type(mha) is MultiHeadAttention,
+                                    "own_forward": "forward" not in vars(mha)})
         rec.note(f"{case}_gpt2_state", state_of(attention))
         rec.note(f"{case}_mha_state", state_of(mha))
         rec.note(f"{case}_shared", _shared(mha, attention))
@@ -110,6 +115,39 @@ def _runs(case: str):
         value_of(record, f"{case}_call", f"copy_gpt2_weights(attention, mha) for attention = "
                  f"{_describe(seed_of(record), case)}")
     return run
+
+
+def _returns_mha(record):
+    _runs("small")(record)
+    if not plain(record["small_returned_mha"]):
+        raise Failed("mha, the module given, returned", describe(record["small_call"]),
+                     "End the function with return mha.")
+
+
+def _own_forward(record):
+    module = plain(record["small_module"])
+    if not module["course_class"]:
+        raise Failed("mha still a MultiHeadAttention", f"a {module['class']}",
+                     "Copy the weights into mha's parameters; leave its class alone.")
+    if not module["own_forward"]:
+        raise Failed("mha's own forward", "a forward set on the instance",
+                     "Copy the weights into mha's parameters; leave its forward alone.")
+
+
+def _forward_replaced(record) -> bool:
+    module = plain(record["small_module"])
+    return not (module["course_class"] and module["own_forward"])
+
+
+def _holds_weights(record):
+    """The exercise's point: every parameter holds GPT-2's values (the output alone can be faked)."""
+    seed = seed_of(record)
+    got = plain(record["small_mha_state"])
+    expected = mapping_variant(gpt2_layer(seed, "small"), course_module(seed, "small"))
+    for name, value in expected.items():
+        if name in got and not same(got[name], value):
+            raise Failed(f"mha.{name} to hold GPT-2's values", f"{format_values(got[name])}, not "
+                         f"{format_values(value)} (for attention = {_describe(seed, 'small')})")
 
 
 def _gpt2_unchanged(record):
@@ -203,6 +241,7 @@ def _replaced(kind: str):
 
 
 _KEEPS = "mha keeps its parameters, trainable"
+_OWN_FORWARD = "mha computes with its own class and forward"
 _COPIES = "mha's weights are copies, not GPT-2's own"
 
 MAPPING = Exercise(
@@ -213,11 +252,14 @@ MAPPING = Exercise(
     probe=_probe_mapping,
     checks=(
         Check("runs on a GPT-2 attention layer", _runs("small")),
+        Check("returns mha", _returns_mha),
         Check("leaves GPT-2's weights unchanged", _gpt2_unchanged),
+        Check(_OWN_FORWARD, _own_forward),
         Check("mha gives GPT-2's output, given the causal mask", _same_output("small")),
         Check("another size, more heads", _same_output("other")),
         Check(_COPIES, _copies),
         Check(_KEEPS, _keeps_parameters),
+        Check("mha's parameters hold GPT-2's weights", _holds_weights),
     ),
     mistakes=(
         Mistake("needs-no-grad",
@@ -229,6 +271,14 @@ MAPPING = Exercise(
                 "per output, so query, key and value are its three blocks of COLUMNS, each (d_in, d_out). "
                 "nn.Linear stores (d_out, d_in): transpose each block.",
                 lambda record: raised(record, "small_call", "must match", "size mismatch", "shape")),
+        Mistake("no-return",
+                "Your function returns nothing: end it with return mha, so that a caller can write "
+                "mha = copy_gpt2_weights(attention, mha).",
+                lambda record: plain(record["small_call"]) is None, ("returns mha",)),
+        Mistake("forward-replaced",
+                "mha gives GPT-2's output only because its forward (or its class) now calls GPT-2: the "
+                "exercise asks for GPT-2's weights in mha's own parameters, which its own forward uses.",
+                _forward_replaced, (_OWN_FORWARD,)),
         Mistake("not-in-place",
                 "mha is unchanged after your function ran. Copy the weights into the module you are "
                 "given (with .copy_() under torch.no_grad()): the check runs that module.",
@@ -282,5 +332,3 @@ MAPPING = Exercise(
 EXERCISES = (MAPPING,)
 
 __all__ = ["EXERCISES", "mapping_cases", "gpt2_layer", "course_module", "gpt2_output", "mapping_variant"]
-
-report_runs(__name__)  # the checks' own functions report when they run (see shortcuts)

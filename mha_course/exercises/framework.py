@@ -15,7 +15,8 @@ Checking an answer has two halves:
 
 An exercise that names its *shortcuts* (even none) starts with the check "written by you": the
 answer must not be, nor call, the package's own answer to it, nor the checks' own references (see
-:mod:`~mha_course.exercises.shortcuts`).
+:mod:`~mha_course.exercises.shortcuts`; what this promises, and what not, is written in
+:mod:`~mha_course.exercises.guard`).
 
 :func:`run_check` runs both in the learner's process. The grader runs the probe where the
 notebook's answers live and the judge in its own process, which never ran any notebook code.
@@ -35,8 +36,7 @@ from typing import Any, Callable
 import torch
 
 from .records import NAME_KEY, PROBE_ERROR_KEY, STATUS_KEY, Failed, Recorder, error_summary
-from .shortcuts import (CALLS_KEY, IS_KEY, TAMPERED_KEY, CallWatch, Shortcut, answer_is, check_internals,
-                        own_code_check)
+from .shortcuts import CALLS_KEY, IS_KEY, CallWatch, Shortcut, answer_is, check_internals, own_code_check
 
 # The status of one checked exercise.
 PASSED = "passed"
@@ -214,8 +214,6 @@ def probe(exercise: Exercise, answer: Any, seed: int | None = None) -> dict:
         # the checks that need the missing entries will say so.
         recorder.record[PROBE_ERROR_KEY] = error_summary(error)
     recorder.note(CALLS_KEY, list(watch.seen))
-    if watch.tampered:
-        recorder.note(TAMPERED_KEY, list(watch.tampered))
     return recorder.record
 
 

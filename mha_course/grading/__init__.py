@@ -20,6 +20,11 @@ marks that count, grade each submission in a container of its own.
 * :mod:`~mha_course.grading.confinement` - the confinement of a notebook's processes, and the sweep
   that ends them;
 * :mod:`~mha_course.grading.report` - verdicts, the score table and its JSON;
+* :mod:`~mha_course.grading.gradebook` - ``python -m mha_course grade``: notebooks or a class's folder
+  of submissions in; the score table, a gradebook (CSV) and the exit status out;
+* :mod:`~mha_course.grading.gradescope` and :mod:`~mha_course.grading.autograder` - Gradescope's
+  ``results.json``, and the autograder zip (``python -m mha_course autograder``);
+* :mod:`~mha_course.grading.seeds` - the seeds of a grading, recorded so that a regrade replays it;
 * :mod:`~mha_course.grading.progress` - ``python -m mha_course progress``, the learner's view;
 * :mod:`~mha_course.grading.grading_setup` - the time limits and the platform check (imports
   nothing heavy: the command line reads its defaults).

@@ -21,9 +21,10 @@ a session of its own. Here:
 The grader and this process talk over a socket pair (a socket, unlike a pipe, cannot be opened
 again through ``/proc/<pid>/fd``), in ``multiprocessing``'s frames (a 4-byte signed big-endian
 length, then the payload). The grader sends one frame, the work: ``{"cells": [(number, code),
-...], "answers": [(exercise_id, answer_name), ...]}``; this process answers with ``("ready",)``,
-``("replayed", errors)``, then ``("start", id)`` and ``("record", id, data)`` or ``("tampered", id,
-names)`` for each answer. Every payload is ``marshal`` data: the grader never unpickles.
+...], "answers": [(exercise_id, answer_name), ...], "seeds": {exercise_id: seed, ...}}``; this
+process answers with ``("ready",)``, ``("replayed", errors)``, then ``("start", id)`` and
+``("record", id, data)`` or ``("tampered", id, names)`` for each answer. Every payload is
+``marshal`` data: the grader never unpickles.
 
 What the notebook's code does in this process can change this notebook's records only: the process
 holds nothing of any other notebook, cannot write outside its working folder, and is ended, with
@@ -136,7 +137,9 @@ def run(work: dict, fd: int) -> None:
     definition that sets ``MHA_COURSE_CHECK_SEED`` or replaces ``secrets.randbelow`` (in a default
     argument, a class body) does not choose them.
     """
-    seeds = {exercise_id: run_seed() for exercise_id, _ in work["answers"]}
+    given = work.get("seeds") or {}  # the grader's (see mha_course.grading.seeds); drawn here otherwise
+    seeds = {exercise_id: given[exercise_id] if exercise_id in given else run_seed()
+             for exercise_id, _ in work["answers"]}
     before = _table()
     namespace: dict = {"__name__": "__main__", "__builtins__": builtins}
     errors = []

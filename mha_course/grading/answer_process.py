@@ -187,14 +187,15 @@ class AnswerProcess:
 
 def answer_records(snapshot: PackageSnapshot, folder: Path, cells: list[tuple[int, str]],
                    answers: list[tuple[str, str]], check_timeout: float, start_timeout: float = ANSWER_PROCESS_START,
-                   token: str = "", path: list[Path] = ()) -> dict[str, tuple]:
+                   token: str = "", path: list[Path] = (), seeds: dict[str, int] | None = None) -> dict[str, tuple]:
     """Replay the definitions and probe every answer in fresh processes; one result per exercise:
     ``(RECORD, data)``, ``(TAMPERED, names)``, ``(TIMED_OUT,)`` or ``(ERROR, why)``.
 
     ``cells`` are the cells that ran, as ``(number, python source)``; ``answers`` the exercises
-    wanted, as ``(exercise id, answer name)``. Process ``N`` imports a copy of the package written
-    to ``folder/process-N/package`` and works in ``folder/process-N/work``; ``token`` and ``path``
-    are given to each (see :class:`AnswerProcess`). A process
+    wanted, as ``(exercise id, answer name)``; ``seeds`` the seed of each one's inputs (drawn in the
+    answer process when not given). Process ``N`` imports a copy of the package written to
+    ``folder/process-N/package`` and works in ``folder/process-N/work``; ``token`` and ``path`` are
+    given to each (see :class:`AnswerProcess`). A process
     gets ``start_timeout`` seconds (the notebook's ``--timeout``) to import everything and replay
     the definitions; one that takes longer gives ``(TIMED_OUT, why)`` for every answer left. A definition
     whose replay raises (say ``x = mha.mask`` after ``mha = ...`` was left out) is not reported:
@@ -210,7 +211,7 @@ def answer_records(snapshot: PackageSnapshot, folder: Path, cells: list[tuple[in
         try:
             if process.ready(time.monotonic() + start_timeout):
                 # Ready, it reads all of its standard input before any of the notebook's code runs.
-                process.send({"cells": cells, "answers": remaining})
+                process.send({"cells": cells, "answers": remaining, "seeds": seeds or {}})
                 frame = process.frames.next(time.monotonic() + start_timeout)
             else:  # still importing, or gone: the work is not sent (a write it never reads would block)
                 frame = "timeout" if process.process.poll() is None else None

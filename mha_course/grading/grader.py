@@ -33,21 +33,17 @@ Cells are named by their number, counting every cell from the top (Markdown incl
 their first line, as in ``cell 7 (`ratio = 1 / 0`)``. Grading needs Linux or macOS (WSL on
 Windows): see :mod:`mha_course.grading.grading_setup`.
 
-Command line::
-
-    python -m mha_course grade NOTEBOOK... [--json FILE] [--timeout SECONDS] [--cell-timeout SECONDS]
-                                           [--check-timeout SECONDS] [--jobs N]
+The command line, ``python -m mha_course grade``, is :mod:`mha_course.grading.gradebook`'s.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
+import hashlib
 import os
 import secrets
+import sys
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -55,40 +51,46 @@ from pathlib import Path
 
 import nbformat
 
+import mha_course
 from tqdm import tqdm
 from ..exercises import EXERCISES
 from .answer_process import TIMED_OUT, answer_records
 from .answer_probing import replayed_names
-from .confinement import TOKEN_VARIABLE, adopt_orphans, landlock_version, sweep
+from .confinement import TOKEN_VARIABLE, sweep
 from ..exercises.definitions import defined_names
 from ..exercises.framework import ERROR, MISSING, NOT_IMPLEMENTED
-from .grading_setup import (CELL_TIMEOUT, CHECK_TIMEOUT, NOTEBOOK_TIMEOUT, GradingUnavailableError, limit_errors,
-                            platform_problem, require_grading_platform)
+from .grading_setup import (CELL_TIMEOUT, CHECK_TIMEOUT, NOTEBOOK_TIMEOUT, GradingUnavailableError,
+                            require_grading_platform)
 from ..notebook_files import DATA_FOLDER, data_files
 from .notebook_run import NotebookRun, cell_name, first_line, python_source
 from .package_files import EditWatch, PackageSnapshot, environment_changes, environment_files, planted_bytecode
+from .seeds import exercise_seeds, grading_seed
 from .report import (NOT_CHECKED, NOT_RUN, NOT_SCORED, ExerciseScore, NotebookReport, compare_printed,
                      exercises_for, format_report, listed, not_checked, printed_verdicts, verdict, withhold)
 
 
 def grade_notebook(path: Path, timeout: float = NOTEBOOK_TIMEOUT, check_timeout: float = CHECK_TIMEOUT,
                    cell_timeout: float = CELL_TIMEOUT, snapshot: PackageSnapshot | None = None,
-                   watch: EditWatch | None = None, orphans: bool = False) -> NotebookReport:
+                   watch: EditWatch | None = None, seed: int | None = None, orphans: bool = False) -> NotebookReport:
     """Execute a copy of the notebook at ``path`` and score its exercises. Never raises for a
     broken or hostile notebook: what went wrong is in the report's ``events``.
 
     ``snapshot`` is the package as grading found it (read now if not given); ``watch`` is shared by
-    notebooks graded at the same time; ``orphans``: this process adopts orphaned processes
-    (:func:`~mha_course.grading.confinement.adopt_orphans`), and ends those that carry no token.
+    notebooks graded at the same time. ``seed`` is the grading's seed (a fresh one if not given; see
+    :mod:`mha_course.grading.seeds`): the report records it, the package's version and the notebook's
+    SHA-256, and grading the same notebook with the same seed draws the same inputs. ``orphans``:
+    this process adopts orphaned processes (:func:`~mha_course.grading.confinement.adopt_orphans`),
+    and ends those that carry no token.
 
     Raises:
         GradingUnavailableError: on a platform that cannot run the grader (Windows; see
             :mod:`mha_course.grading.grading_setup`).
     """
     require_grading_platform()
-    report = NotebookReport(str(path))
+    report = NotebookReport(str(path), seed=grading_seed(seed), package_version=mha_course.__version__)
     started = time.monotonic()
     try:
+        report.sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
         notebook = nbformat.read(path, as_version=4)
     except Exception as error:
         report.events.append(f"could not read the notebook: {type(error).__name__}: {first_line(str(error))}")
@@ -197,8 +199,10 @@ class _Grading:
         codes = [python_source(c.source) for c in self.run.notebook.cells if c.cell_type == "code"]
         cells = [(i + 1, python_source(self.run.notebook.cells[i].source)) for i in sorted(self.run.ran)]
         wanted = [(eid, EXERCISES[eid].answer_name) for eid in exercise_ids]
+        seeds = exercise_seeds(report.seed, exercise_ids)
         results = answer_records(snapshot, self.answer_folder, cells, wanted, self.check_timeout,
-                                 start_timeout=self.timeout, token=self.token, path=[Path(p) for p in inherited])
+                                 start_timeout=self.timeout, token=self.token, path=[Path(p) for p in inherited],
+                                 seeds=seeds)
         edited = sorted({name for copy in self.answer_folder.glob("process-*/package")
                          for name in snapshot.changed_in(copy)})
         if edited:
@@ -211,15 +215,16 @@ class _Grading:
         for exercise_id in exercise_ids:
             report.exercises.append(verdict(exercise_id, results.get(exercise_id, (ERROR, "no result")), self.run,
                                             definers, self.check_timeout))
+            report.exercises[-1].seed = seeds[exercise_id]
         compare_printed(report, printed)
         return False
 
 
 def grade(paths: list[Path], timeout: float = NOTEBOOK_TIMEOUT, check_timeout: float = CHECK_TIMEOUT,
           progress: bool = True, cell_timeout: float = CELL_TIMEOUT, jobs: int = 1,
-          orphans: bool = False) -> list[NotebookReport]:
-    """Grade several notebooks (``jobs`` at a time), with a progress bar on stderr (``orphans``: see
-    :func:`grade_notebook`).
+          seed: int | None = None, orphans: bool = False) -> list[NotebookReport]:
+    """Grade several notebooks (``jobs`` at a time), with a progress bar on stderr; each with ``seed``
+    if given, else with a fresh seed of its own (``orphans``: see :func:`grade_notebook`).
 
     Raises:
         GradingUnavailableError: on a platform that cannot run the grader, or where the package's
@@ -238,7 +243,7 @@ def grade(paths: list[Path], timeout: float = NOTEBOOK_TIMEOUT, check_timeout: f
     paths = [Path(p) for p in paths]
     with tqdm(total=len(paths), desc="Grading", disable=not progress) as bar:
         def one(path: Path) -> NotebookReport:
-            report = grade_notebook(path, timeout, check_timeout, cell_timeout, snapshot, watch, orphans)
+            report = grade_notebook(path, timeout, check_timeout, cell_timeout, snapshot, watch, seed, orphans)
             bar.set_postfix_str(path.name)
             bar.update()
             return report
@@ -247,37 +252,6 @@ def grade(paths: list[Path], timeout: float = NOTEBOOK_TIMEOUT, check_timeout: f
             return [one(path) for path in paths]
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             return list(pool.map(one, paths))
-
-
-def main(args: argparse.Namespace) -> int:
-    problem = platform_problem()
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 1
-    missing = [str(p) for p in args.notebooks if not p.is_file()]
-    if missing:
-        print(f"No such notebook: {', '.join(missing)}", file=sys.stderr)
-        return 2
-    errors = limit_errors(args)
-    if errors:
-        print(", ".join(errors), file=sys.stderr)
-        return 2
-    if not landlock_version():
-        print("note: this system cannot confine the notebooks (Landlock, Linux 5.13 or later): a notebook could "
-              "change the files later gradings use. Grade each submission in a container of its own.", file=sys.stderr)
-    try:
-        reports = grade(args.notebooks, args.timeout, args.check_timeout, cell_timeout=args.cell_timeout,
-                        jobs=args.jobs, orphans=adopt_orphans())
-    except GradingUnavailableError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    print(format_report(reports))
-    if args.json:
-        payload = {"score": sum(r.score for r in reports), "max_score": sum(r.max_score for r in reports),
-                   "notebooks": [r.to_dict() for r in reports]}
-        args.json.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        print(f"Scores written to {args.json}")
-    return 0
 
 
 __all__ = ["grade", "grade_notebook", "format_report", "cell_name", "exercises_for", "NotebookReport", "ExerciseScore",

@@ -50,6 +50,7 @@ class ExerciseScore:
     checks_total: int
     line: str
     notebook_printed: str | None = None  # the verdict line the notebook itself printed, if any
+    seed: int | None = None  # the seed of the inputs its answer was checked on (see grading.seeds)
 
 
 @dataclass
@@ -60,6 +61,9 @@ class NotebookReport:
     exercises: list[ExerciseScore] = field(default_factory=list)
     events: list[str] = field(default_factory=list)  # what happened while it ran, in order
     seconds: float = 0.0
+    seed: int | None = None  # the grading's seed: `grade --seed SEED` draws the same inputs again
+    package_version: str | None = None  # mha_course's version that graded it
+    sha256: str | None = None  # the notebook file's SHA-256, as graded
 
     @property
     def score(self) -> int:
@@ -71,13 +75,14 @@ class NotebookReport:
 
     def to_dict(self) -> dict:
         return {"notebook": self.notebook, "score": self.score, "max_score": self.max_score,
-                "events": self.events, "seconds": round(self.seconds, 1),
+                "events": self.events, "seconds": round(self.seconds, 1), "seed": self.seed,
+                "package_version": self.package_version, "sha256": self.sha256,
                 "exercises": [asdict(e) for e in self.exercises]}
 
     @classmethod
     def from_dict(cls, data: dict) -> "NotebookReport":
         return cls(data["notebook"], [ExerciseScore(**e) for e in data["exercises"]], list(data["events"]),
-                   data.get("seconds", 0.0))
+                   data.get("seconds", 0.0), data.get("seed"), data.get("package_version"), data.get("sha256"))
 
 
 def exercises_for(notebook: nbformat.NotebookNode, path: Path) -> list[str]:

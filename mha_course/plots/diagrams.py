@@ -281,7 +281,7 @@ def plot_head_reshape(num_heads: int = 2, head_dim: int = 2, num_tokens: int = 3
     left += head_dim + label_room + arrow  # room for the head labels
 
     _cell_grid(ax, left, top, list(range(d_out)), num_tokens, head_dim, fontsize)
-    panels.append((left, d_out, "merge_heads", "(B, T, d_out)", "one copy, by\ncontiguous()"))
+    panels.append((left, d_out, "merge", "(B, T, d_out)", "one copy, by\ncontiguous()"))
 
     label_y = top + 0.9
     for index, (panel_left, width, code, shape, note) in enumerate(panels):

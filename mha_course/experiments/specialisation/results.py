@@ -12,6 +12,7 @@ from typing import Sequence
 import torch
 
 from ..._validation import validate_positive_int
+from ...notebook_files import find_data
 from ...tables import Table
 from .evaluation import SOLVED_ACCURACY, evaluate, head_role, rounded
 from .task import SpecialisationConfig, validate_config, validate_head_count
@@ -120,8 +121,10 @@ def save_results(results: dict, path: str | Path = DEFAULT_RESULTS_PATH) -> Path
 
 
 def load_results(path: str | Path = DEFAULT_RESULTS_PATH) -> dict:
-    """Read results written by :func:`save_results` (or ``python -m mha_course specialise``)."""
-    path = Path(path)
+    """Read results written by :func:`save_results` (or ``python -m mha_course specialise``); a
+    path under ``data/`` that is not there is read from the package's copy of the book's
+    (:func:`mha_course.notebook_files.find_data`)."""
+    path = find_data(path)
     if not path.is_file():
         raise FileNotFoundError(f"no results at {path}. Regenerate them from the repository root with "
                                 f"`python -m mha_course specialise --out {path}`.")

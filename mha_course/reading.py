@@ -1,0 +1,50 @@
+"""Reading a library's own code on the page: an excerpt of a function's source, as installed.
+
+Chapter 8 reads transformers' attention layers beside the course's. Printing their source with
+:mod:`inspect` keeps the page true to the installed (pinned) version; :func:`source_excerpt` cuts
+the part a chapter reads and fits it to the book's code column.
+"""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+
+
+def source_excerpt(obj, start_at: str | None = None, end_at: str | None = None, width: int = 80) -> str:
+    """The source of ``obj`` from the first line holding ``start_at`` to the next holding ``end_at``.
+
+    The excerpt is dedented; a line longer than ``width`` is broken at a space and continued on the
+    next line, indented four more and marked with ``\\`` at the break (Python's line continuation).
+
+    Raises:
+        ValueError: if ``start_at`` or ``end_at`` is not in the source (the library changed: read the
+            source again and pick lines that are there).
+
+    Example:
+        >>> def f(x):
+        ...     y = x + 1
+        ...     return y * 2
+        >>> print(source_excerpt(f, start_at="y =", end_at="return"))
+        y = x + 1
+        return y * 2
+    """
+    lines = inspect.getsource(obj).splitlines()
+    name = getattr(obj, "__qualname__", repr(obj))
+    first, last = 0, len(lines) - 1
+    if start_at is not None:
+        first = next((i for i, line in enumerate(lines) if start_at in line), None)
+        if first is None:
+            raise ValueError(f"start_at={start_at!r} is not in the source of {name}: pick a line that is.")
+    if end_at is not None:
+        last = next((i for i in range(first, len(lines)) if end_at in lines[i]), None)
+        if last is None:
+            raise ValueError(f"end_at={end_at!r} is not in the source of {name} after start_at: pick a line "
+                             "that is.")
+    shown = []
+    for line in textwrap.dedent("\n".join(lines[first:last + 1])).splitlines():
+        indent = " " * (len(line) - len(line.lstrip()) + 4)
+        pieces = textwrap.wrap(line, width=width - 2, subsequent_indent=indent, break_long_words=False,
+                               drop_whitespace=True) if len(line) > width else [line]
+        shown += [piece + " \\" for piece in pieces[:-1]] + pieces[-1:]
+    return "\n".join(shown)

@@ -1,0 +1,49 @@
+"""Chapter 9's checks: what is particular to them (tests/test_checks.py and test_checks_over_seeds.py run
+the answers of tests/chapter9_answers.py on every check and catalogued mistake)."""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from chapter9_answers import CORRECT, WRONG
+from mha_course.exercises import run_check
+from mha_course.exercises.framework import SEED_ENV_VAR
+
+
+def _rotate_on_the_cpu(queries, keys, values, start, rope_theta):
+    """Right numbers, but the angles are made on the CPU whatever the inputs' device."""
+    d, t = queries.shape[-1], queries.shape[-2]
+    angles = torch.arange(start, start + t).float()[:, None] * rope_theta ** (-torch.arange(0, d, 2).float() / d)
+    cos, sin = torch.cat((angles, angles), -1).cos(), torch.cat((angles, angles), -1).sin()
+
+    def turn(x):
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+    return turn(queries), turn(keys), values
+
+
+def test_an_answer_that_makes_its_angles_on_the_cpu_fails_on_the_device_check():
+    result = run_check("9.1", _rotate_on_the_cpu)
+    assert result.failed_check == "queries on the inputs' device", result.line
+    assert "a GPU refuses that" in result.line or "meta" in result.line
+
+
+def test_the_messages_show_the_call_with_its_start_and_rope_theta(monkeypatch):
+    monkeypatch.setenv(SEED_ENV_VAR, "3")
+    line = run_check("9.1", WRONG[("9.1", "no-offset")]).line
+    assert re.search(r"rotate_by_position\(queries \(2, 2, \d, \d\), keys and values \(2, 2, \d, \d\), "
+                     r"start=\d, rope_theta=10000\)", line), line
+    assert "positions start, start + 1" in line
+
+
+def test_the_padded_message_shows_the_mask_it_used(monkeypatch):
+    monkeypatch.setenv(SEED_ENV_VAR, "3")
+    result = run_check("9.2", WRONG[("9.2", "nan-rows")])
+    assert result.failed_check.startswith("no NaN"), result.line
+    assert re.search(r"attention_mask=\[\[1, 1, 1, 1", result.line) and "nan at sequence 1, head 0, token 0" in result.line
+
+
+def test_the_answers_pass():
+    assert run_check("9.1", CORRECT["9.1"]).passed and run_check("9.2", CORRECT["9.2"]).passed
