@@ -1,7 +1,7 @@
 """The grader's reading of the answer process's frames (mha_course.grading.answer_process).
 
 The answer process is played here by a stand-in (a few lines of the standard library, started as the
-real one is: ``python -I -S -B``, the pipe's write end passed by number) that answers each exercise
+real one is: ``python -I -S -B``, its end of the socket pair passed by number) that answers each exercise
 as its answer's name says: with a record, a frame larger than the pipe's buffer, a frame started and
 never finished, a payload that is not marshal data, a pickle, or an exit half-way. Each test runs
 ``answer_records`` (or ``AnswerProcess``) on a thread and waits for it with a generous bound, so that
@@ -25,18 +25,24 @@ from conftest import POSIX_GRADING
 from mha_course.exercises.framework import ERROR
 from mha_course.grading import answer_process
 from mha_course.grading.answer_process import RECORD, TIMED_OUT, AnswerProcess, answer_records
+from mha_course.grading.confinement import holders
 
 pytestmark = POSIX_GRADING
 
 # The stand-in's answers, by answer name. "unfinished" starts a frame of 1000 bytes, sends 7 and
-# waits; "helper" does the same from a child of its own, which holds the pipe too.
+# waits; "helper" does the same from a child of its own, which holds the socket too.
 STAND_IN = r"""
 import marshal, os, struct, subprocess, sys, time
 fd = int(sys.argv[1])
 def frame(payload):
     os.write(fd, struct.pack("!i", len(payload)) + payload)
+def read(size):
+    data = b""
+    while len(data) < size:
+        data += os.read(fd, size - len(data))
+    return data
 frame(marshal.dumps(("ready",)))
-work = marshal.loads(sys.stdin.buffer.read())
+work = marshal.loads(read(struct.unpack("!i", read(4))[0]))
 frame(marshal.dumps(("replayed", [])))
 for exercise_id, name in work["answers"]:
     frame(marshal.dumps(("start", exercise_id)))
@@ -55,13 +61,16 @@ for exercise_id, name in work["answers"]:
         frame(b"\xff\xfe this is not marshal data")
         sys.exit(0)
     elif name == "pickled":
-        with open("payload.pickle", "rb") as file:
+        with open("../../payload.pickle", "rb") as file:
             frame(file.read())
         sys.exit(0)
     elif name == "exits":
         sys.stderr.write("the answer called exit\n")
         sys.stderr.flush()
         os._exit(3)
+    elif name == "daemon":  # a process of its own session, which outlives the process group
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+        frame(marshal.dumps(("record", exercise_id, {"answer": name})))
     elif name == "cut":
         os.write(fd, struct.pack("!i", 1000) + b"partial")
         os._exit(4)
@@ -110,11 +119,11 @@ def records(folder: Path, answers: list[tuple[str, str]]) -> dict[str, tuple]:
 def test_a_frame_started_and_never_finished_times_out_and_the_rest_go_to_a_new_process(stand_in, tmp_path):
     results = records(tmp_path, [("1.1", "unfinished"), ("1.2", "passes")])
     assert results == {"1.1": (TIMED_OUT,), "1.2": (RECORD, {"answer": "passes"})}
-    assert sorted(p.name for p in tmp_path.glob("package-*")) == ["package-1", "package-2"]
+    assert sorted(p.name for p in tmp_path.glob("process-*")) == ["process-1", "process-2"]
 
 
 def test_closing_the_process_kills_its_children_too_so_the_reading_ends(stand_in, tmp_path):
-    # The stand-in's child holds the pipe's write end and sleeps: the frames end only once it is
+    # The stand-in's child holds the socket's end and sleeps: the frames end only once it is
     # killed with its parent (the whole process group).
     (tmp_path / "package").mkdir()
     process = AnswerProcess(tmp_path / "package", tmp_path)
@@ -233,3 +242,37 @@ def test_a_process_that_never_gets_ready_times_out_though_its_work_would_fill_th
     assert not thread.is_alive(), f"answer_records was still running after {GUARD:g} s: the grader hangs"
     [(status, why)] = results.values()
     assert status == TIMED_OUT and "had not imported the package" in why
+
+
+def test_a_process_the_answer_started_in_a_session_of_its_own_is_ended_with_it(stand_in, tmp_path):
+    (tmp_path / "package").mkdir()
+    process = AnswerProcess(tmp_path / "package", tmp_path, token="answer-daemon-test")
+    try:
+        assert process.ready(time.monotonic() + START)
+        process.send({"cells": [], "answers": [("1.1", "daemon")]})
+        assert process.frames.next(time.monotonic() + START) == ("replayed", [])
+        assert process.frames.next(time.monotonic() + START) == ("start", "1.1")
+        assert process.frames.next(time.monotonic() + START) == ("record", "1.1", {"answer": "daemon"})
+        deadline = time.monotonic() + GUARD
+        while not holders("answer-daemon-test") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert holders("answer-daemon-test"), "the daemon, in a session of its own, should be running"
+    finally:
+        process.close()
+    assert holders("answer-daemon-test") == []
+
+
+def test_the_answer_processs_end_of_the_socket_cannot_be_opened_through_proc(stand_in, tmp_path):
+    # A pipe's end could be opened again, for writing, by any process of the same user; a socket's cannot.
+    (tmp_path / "package").mkdir()
+    process = AnswerProcess(tmp_path / "package", tmp_path)
+    try:
+        assert process.ready(time.monotonic() + START)
+        folder = Path(f"/proc/{process.process.pid}/fd")
+        sockets = [fd for fd in folder.iterdir() if os.readlink(fd).startswith("socket:")]
+        assert sockets
+        for fd in sockets:
+            with pytest.raises(OSError):
+                os.open(fd, os.O_WRONLY | os.O_NONBLOCK)
+    finally:
+        process.close()

@@ -3,8 +3,9 @@
 patches torch.save when its answer is checked, one that edits the package's files on disk, one
 whose kernel dies, one that calls exit(), one that never ends, one whose answers walk around the
 check "written by you", one whose answers read constants computed by a call, one whose class body
-swaps an exercise's probe, one whose kernel is not installed, and one whose replayed code tries to
-choose the seed of the checks' inputs. The grader must survive each, say what happened and in which
+swaps an exercise's probe, one whose kernel is not installed, one whose replayed code tries to
+choose the seed of the checks' inputs, and one whose right answers are bound by calls
+(``functools.partial``, ``lru_cache``, a decorator applied by hand) or are lambdas reading a constant. The grader must survive each, say what happened and in which
 cell, score only what the answers themselves earn, and never write into the learner's files or the
 package's.
 
@@ -36,6 +37,7 @@ from mha_course.exercises.definitions import defined_names, definitions
 from mha_course.grading.grader import (GradingUnavailableError, NotebookReport, exercises_for, format_report,
                                          grade, grade_notebook)
 from mha_course.grading.answer_probing import from_message, to_message
+from mha_course.grading.confinement import landlock_version
 from mha_course.grading.package_files import EditWatch, PackageSnapshot
 from mha_course.grading.report import score
 
@@ -78,9 +80,11 @@ def grade_command(args: list[str], cwd: Path, env: dict[str, str], **popen) -> s
 
 
 # Limits for the shared run. Every answer and cell of these notebooks that ends at all takes well
-# under a second on an idle machine; with both cores busy with other work it can take many times
-# that, so the limits are wide. Only hangs.ipynb runs into them, and only it waits for them.
-CELL_LIMIT, CHECK_LIMIT = 20, 20
+# under a second on an idle machine, but a first cell imports torch and the package: on one core
+# shared with other work that took more than 20 s, and a cell that runs out of time leaves its
+# imports out of the replay. So the limits are wide. Only hangs.ipynb runs into them, and only it
+# waits for them.
+CELL_LIMIT, CHECK_LIMIT = 90, 60
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +96,7 @@ def graded(tmp_path_factory):
     env.pop("MHA_COURSE_CHECK_SEED", None)  # every check draws its seed, as for a learner
     notebooks = folder / "notebooks"
     shutil.copytree(NOTEBOOKS, notebooks)
-    written = {"05_why_several_heads.ipynb": CHAPTER_5, **_fixes_the_seed()}
+    written = {"05_why_several_heads.ipynb": CHAPTER_5, "honest_bindings.ipynb": HONEST_BINDINGS, **_fixes_the_seed()}
     for name, cells in written.items():
         nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), notebooks / name)
     out = folder / "scores.json"
@@ -126,10 +130,11 @@ def test_command_succeeds_with_table_json_and_progress_bar(graded):
     # The table printed is the one the JSON's reports make, then where the JSON went.
     reports = [NotebookReport.from_dict(n) for n in graded.scores["notebooks"]]
     assert out == format_report(reports) + f"\nScores written to {graded.out}\n"
-    assert "Total: 12/45 exercises passed in 13 notebook(s)" in out
-    assert "Grading" in graded.proc.stderr and "13/13" in graded.proc.stderr  # the progress line
+    walks = _statuses(graded.by_name["walks_around_the_watch.ipynb"])["1.1"] == "passed"  # out of scope: either
+    assert f"Total: {16 + walks}/51 exercises passed in 14 notebook(s)" in out
+    assert "Grading" in graded.proc.stderr and "14/14" in graded.proc.stderr  # the progress line
     assert "Task exception" not in graded.proc.stderr  # nbclient's reader of an interrupted cell stays quiet
-    assert graded.scores["score"] == 12 and graded.scores["max_score"] == 45
+    assert graded.scores["score"] == 16 + walks and graded.scores["max_score"] == 51
     assert [Path(n["notebook"]).name for n in graded.scores["notebooks"]] == graded.names
 
 
@@ -172,13 +177,12 @@ def test_tampering_cannot_fake_a_pass(graded):
 
 
 @POSIX_GRADING
-def test_an_answer_that_patches_torch_while_it_is_checked_is_not_scored(graded):
+def test_an_answer_that_patches_torch_while_it_is_checked_is_judged_on_what_it_does(graded):
     notebook = graded.by_name["patches_save.ipynb"]
-    # Untouched stubs stay not implemented; the stub that patches torch.save when it is called is
-    # caught doing it and not scored.
-    assert _statuses(notebook) == {"1.1": "not implemented", "1.2": "not implemented", "1.3": "not scored"}
+    # The grader saves nothing with torch.save: the stub that patches it when it is called is a
+    # stub still, as are the others.
+    assert _statuses(notebook) == {"1.1": "not implemented", "1.2": "not implemented", "1.3": "not implemented"}
     assert notebook["score"] == 0
-    assert "the notebook's code changed torch.save" in _line(notebook, "1.3")
     assert not any("printed" in event for event in notebook["events"])  # it printed ○ and was told ○
 
 
@@ -229,18 +233,26 @@ def test_a_chapter_5_notebook_is_graded_by_name_and_a_stale_verdict_is_reported(
 
 
 @POSIX_GRADING
-def test_a_notebook_that_edits_the_package_is_not_scored_and_the_others_are_unaffected(graded):
+def test_a_notebook_that_edits_the_package_is_refused_or_not_scored_and_the_others_are_unaffected(graded):
     # The kernel imports a private copy of the package, so the notebook's edit reaches that copy,
     # never the installed files (test_learners_files_and_the_package_are_untouched) nor the
-    # notebooks graded beside it, whose verdicts the tests above check.
+    # notebooks graded beside it, whose verdicts the tests above check. Where the grader confines
+    # the kernel to the notebook's own folder, the edit is refused outright.
     notebook = graded.by_name["edits_package.ipynb"]
-    assert notebook["score"] == 0 and set(_statuses(notebook).values()) == {"not scored"}
-    assert notebook["events"] == ["not scored: the notebook changed the package's files (grading/answer_probing.py)"]
+    assert notebook["score"] == 0
+    if landlock_version():
+        assert set(_statuses(notebook).values()) == {"not implemented"}
+        [event] = notebook["events"]
+        assert event.startswith("cell 3 (`FORGERY = ") and "raised PermissionError" in event
+    else:
+        assert set(_statuses(notebook).values()) == {"not scored"}
+        assert notebook["events"] == ["not scored: the notebook changed the package's files (grading/answer_probing.py)"]
 
 
 WAITS_FOR_AN_EDIT = [
     "import os, pathlib, time\nsignals = pathlib.Path(os.environ['GRADING_SIGNALS'])\n"
-    "(signals / 'running').touch()\nwhile not (signals / 'saved').exists():\n    time.sleep(0.05)",
+    "pathlib.Path('running').touch()  # in its own folder: the only one it may write in\n"
+    "while not (signals / 'saved').exists():\n    time.sleep(0.05)",
     "def build_causal_mask(num_tokens, device=None):\n    import torch\n"
     "    return torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=device).triu(1)",
 ]
@@ -257,14 +269,16 @@ def test_an_edit_and_a_new_module_saved_while_grading_runs_are_kept(tmp_path):
     notebook = tmp_path / "01_mine.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in WAITS_FOR_AN_EDIT]), notebook)
     out = tmp_path / "scores.json"
+    (tmp_path / "tmp").mkdir()  # the grader's temporary folders go there, the notebook's among them
     process = grade_command([str(notebook), "--json", str(out), "--timeout", "600"], tmp_path,
-                            {**env, "GRADING_SIGNALS": str(signals)})
+                            {**env, "GRADING_SIGNALS": str(signals), "TMPDIR": str(tmp_path / "tmp")})
     try:
         waited = 0.0
-        while not (signals / "running").exists() and process.poll() is None and waited < 600:
+        while not (running := list((tmp_path / "tmp").glob("mha-course-grade-*/run/running"))) and (
+                process.poll() is None and waited < 600):
             time.sleep(0.1)
             waited += 0.1
-        assert (signals / "running").exists(), process.communicate()[1]
+        assert running, process.communicate()[1]
         edited = (package / "heads.py").read_text(encoding="utf-8") + "\n# A contributor's edit, saved while grading.\n"
         (package / "heads.py").write_text(edited, encoding="utf-8")
         (package / "new_module.py").write_text("NEW = True\n", encoding="utf-8")
@@ -284,10 +298,13 @@ def test_an_edit_and_a_new_module_saved_while_grading_runs_are_kept(tmp_path):
 
 
 @POSIX_GRADING
-def test_the_grader_refuses_an_answer_that_switches_the_watch_off_or_walks_around_it(graded):
+def test_the_grader_refuses_an_answer_that_walks_around_the_watch(graded):
     report = graded.by_name["walks_around_the_watch.ipynb"]
-    assert _statuses(report) == {"1.1": "failed", "1.2": "failed", "1.3": "missing"}, report
-    assert _line(report, "1.1").startswith("✗ 1.1: written by you: ") and "sys.setprofile" in _line(report, "1.1")
+    # 1.2 calls torch's fused attention from a thread it starts: refused. 1.1 switches the check's
+    # profile function off before it calls the package's mask: deliberate sabotage of its own check,
+    # which the threat model leaves out of scope (grading/__init__.py); its verdict is not asserted.
+    statuses = _statuses(report)
+    assert statuses["1.2"] == "failed" and statuses["1.3"] == "missing", report
     assert _line(report, "1.2").startswith("✗ 1.2: written by you: ")
     assert "scaled_dot_product_attention" in _line(report, "1.2")
 
@@ -340,6 +357,51 @@ def test_the_instructors_solutions_pass_when_graded_several_at_a_time(tmp_path):
               if e["status"] != "passed"]
     assert failed == [], failed
     assert len(reports) == len(SEEDED_CHAPTERS) and all(r["events"] == [] for r in reports), [r["events"] for r in reports]
+
+
+#: Right answers whose names are bound by a call (a decorator applied by hand, functools.partial,
+#: lru_cache over a name the notebook first imported from the package), and a lambda that reads a
+#: constant computed by a call: the grader judges what the notebook bound to each name.
+HONEST_BINDINGS = [
+    "import functools\nimport torch\nfrom mha_course import check\nfrom mha_course.tiled import tile_kind",
+    "def _update(row_max, row_sum, acc, scores, values):\n"
+    "    new_max = torch.maximum(row_max, scores.max(dim=-1, keepdim=True).values)\n"
+    "    weights, rescale = torch.exp(scores - new_max), torch.exp(row_max - new_max)\n"
+    "    return new_max, row_sum * rescale + weights.sum(dim=-1, keepdim=True), acc * rescale + weights @ values\n"
+    "online_softmax_update = torch.no_grad()(_update)",
+    'check("7.1", online_softmax_update)',
+    "def _kind(q_start, k_start, block_size, num_tokens):\n"
+    "    last_query = min(q_start + block_size, num_tokens) - 1\n"
+    "    last_key = min(k_start + block_size, num_tokens) - 1\n"
+    "    if k_start > last_query:\n        return 'skipped'\n"
+    "    return 'cut' if last_key > q_start else 'computed'\n"
+    "tile_kind = functools.lru_cache(maxsize=None)(_kind)",
+    'check("7.2", tile_kind)',
+    "def _copy(attention, mha, transpose):\n"
+    "    q, k, v = attention.c_attn.weight.split(mha.d_out, dim=1)\n"
+    "    qb, kb, vb = attention.c_attn.bias.split(mha.d_out)\n"
+    "    with torch.no_grad():\n"
+    "        for linear, w, b in zip((mha.W_query, mha.W_key, mha.W_value), (q, k, v), (qb, kb, vb)):\n"
+    "            linear.weight.copy_(w.t() if transpose else w)\n"
+    "            linear.bias.copy_(b)\n"
+    "        mha.out_proj.weight.copy_(attention.c_proj.weight.t() if transpose else attention.c_proj.weight)\n"
+    "        mha.out_proj.bias.copy_(attention.c_proj.bias)\n"
+    "    return mha\n"
+    "copy_gpt2_weights = functools.partial(_copy, transpose=True)",
+    'check("8.1", copy_gpt2_weights)',
+    "KEYS_AND_VALUES = int(torch.tensor(2))",
+    "kv_cache_size = lambda num_layers, num_heads, num_kv_groups, head_dim, num_tokens, batch_size, bytes_per_number: (\n"
+    "    KEYS_AND_VALUES * num_layers * num_kv_groups * head_dim * num_tokens * batch_size * bytes_per_number)",
+    'check("6.3", kv_cache_size)',
+]
+
+
+@POSIX_GRADING
+def test_answers_bound_by_a_call_or_reading_a_constant_from_a_lambda_pass_in_the_grader(graded):
+    report = graded.by_name["honest_bindings.ipynb"]
+    statuses = {e["id"]: e["status"] for e in report["exercises"] if e["id"] in ("6.3", "7.1", "7.2", "8.1")}
+    assert statuses == dict.fromkeys(("6.3", "7.1", "7.2", "8.1"), "passed"), report
+    assert not [e for e in report["events"] if "printed" in e], report["events"]
 
 
 def _fixes_the_seed() -> dict[str, list[str]]:

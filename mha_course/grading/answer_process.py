@@ -1,20 +1,22 @@
 """The grader's side of the answer process: start it, send it the work, read its frames with deadlines.
 
 The answers are found in a *fresh* Python process (:mod:`mha_course.grading.answer_probing`, run with
-``python -I -S -B`` against a private copy of the package), never in the kernel that ran the notebook.
-:class:`AnswerProcess` starts one in a session of its own and hands it the write end of a
-``multiprocessing`` pipe (``pass_fds``); the process imports everything, says ``("ready",)``, then
-reads the work from its standard input and answers on the pipe in frames. The frames are
-``multiprocessing``'s own (a 4-byte length, then the payload), read here by its connection
-(``poll``, ``recv_bytes``) and decoded with ``marshal`` only, never unpickled (``recv`` would run
-what a forged pickle asks for). The answer process writes them without ``multiprocessing``, with
-functions kept aside before any of the notebook's code runs (see its docstring).
+``python -I -S -B`` against a private copy of the package), never in the kernel that ran the notebook,
+and only once that kernel and every process it started have been ended.
+:class:`AnswerProcess` starts one in a session of its own, with the notebook's token in its
+environment (:mod:`mha_course.grading.confinement`), and hands it one end of a socket pair
+(``pass_fds``; a socket, unlike a pipe, cannot be opened again through ``/proc/<pid>/fd``). The
+process imports everything, confines itself to its working folder, says ``("ready",)``, reads the
+work and answers in frames. The frames are ``multiprocessing``'s own (a 4-byte length, then the
+payload), read here by its connection (``poll``, ``recv_bytes``) and decoded with ``marshal`` only,
+never unpickled (``recv`` would run what a forged pickle asks for).
 
 :class:`Frames` reads on a thread of its own, so that a deadline holds even while a frame is half
 read: a process that starts a frame and never finishes it gives ``"timeout"`` at the deadline, and
-closing the process kills its whole process group, so that the reading ends with the end of the
-pipe. Were ``recv_bytes`` called where the deadline is kept, a process the notebook forked into a
-session of its own, holding the pipe, could stall the grader for good.
+closing the process kills its whole process group, then every process holding its token, so that
+the reading ends with the end of the socket. Were ``recv_bytes`` called where the deadline is kept,
+a process the notebook forked into a session of its own, holding the socket, could stall the
+grader for good.
 
 The process is started by :mod:`subprocess`, not by ``multiprocessing``'s spawn context: spawn
 starts the child with the grader's own interpreter flags and, before anything else, sets its
@@ -46,6 +48,7 @@ from pathlib import Path
 from ..exercises.framework import ERROR
 from .grading_setup import raise_it
 from .notebook_run import first_line, seconds
+from .confinement import TOKEN_VARIABLE, sweep
 from .package_files import PackageSnapshot, site_folders
 
 #: The status of an answer that was still running when its check's time was up.
@@ -60,10 +63,10 @@ ANSWER_PROCESS_START = 120.0
 
 
 class Frames:
-    """The answer process's frames, read from ``connection`` (the read end of a
-    ``multiprocessing`` pipe) on a thread that owns it and closes it when the frames end.
+    """The answer process's frames, read from ``connection`` (the grader's end of a
+    ``multiprocessing`` socket pair) on a thread that owns it and closes it when the frames end.
 
-    A frame still half read when the process is closed keeps the thread until the pipe's last
+    A frame still half read when the process is closed keeps the thread until the socket's last
     writer is gone: at once, unless the notebook's code moved a process holding it out of the
     process group."""
 
@@ -80,7 +83,7 @@ class Frames:
                 if connection.poll(0.2):  # a while at a time, to notice stop() when nothing comes
                     self.frames.put(marshal.loads(connection.recv_bytes()))
         except (EOFError, OSError, ValueError, TypeError):
-            pass  # the end of the pipe, a frame cut short, or one that is not marshal data: no more frames
+            pass  # the end of the socket, a frame cut short, or one that is not marshal data: no more frames
         finally:
             connection.close()
             self.frames.put(None)
@@ -106,33 +109,42 @@ class AnswerProcess:
 
     Args:
         package: the folder holding the private copy of the package it imports.
-        folder: its working folder (its standard error is kept there, to say why it ended).
+        folder: its working folder, the only one it may write in once it is confined (its
+            standard error is kept there, to say why it ended).
+        token: the notebook's token (:mod:`mha_course.grading.confinement`), put in its environment.
+        path: folders it finds modules in after the package's copy, before site-packages (those
+            the notebook's kernel had on its ``PYTHONPATH``).
     """
 
-    #: The code it runs (``python -c``), given the pipe's write end, the package's folder and the
-    #: site folders as arguments.
+    #: The code it runs (``python -c``), given its end of the socket, the package's folder and the
+    #: other folders of its path as arguments.
     BOOT = ("import sys; sys.path.insert(0, sys.argv[2]); sys.path.extend(sys.argv[3:]); "
             "from mha_course.grading.answer_probing import main; main()")
 
-    def __init__(self, package: Path, folder: Path):
-        read, write = multiprocessing.Pipe(duplex=False)
+    def __init__(self, package: Path, folder: Path, token: str = "", path: list[Path] = ()):
+        # A socket pair, not a pipe: a pipe's end can be opened again by any process of the same
+        # user through /proc/<pid>/fd/<n>, a socket's cannot.
+        mine, theirs = multiprocessing.Pipe(duplex=True)
         self.stderr = tempfile.TemporaryFile(dir=folder)
+        env = {**os.environ, TOKEN_VARIABLE: token, "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": str(folder)}
         # -S: no .pth file of site-packages runs here (a notebook may have written one); the
         # site folders are put on the path as they are. A session of its own: close() kills
         # whatever the notebook's code started there too.
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-B", "-c", self.BOOT, str(write.fileno()), str(package),
-                 *map(str, site_folders())],
-                cwd=folder, pass_fds=(write.fileno(),), start_new_session=True,
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self.stderr)
+                [sys.executable, "-I", "-S", "-B", "-c", self.BOOT, str(theirs.fileno()), str(package),
+                 *map(str, [*path, *site_folders()])],
+                cwd=folder, pass_fds=(theirs.fileno(),), start_new_session=True, env=env,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.stderr)
         except BaseException:
-            read.close()
+            mine.close()
             self.stderr.close()
             raise
         finally:
-            write.close()
-        self.frames = Frames(read)
+            theirs.close()
+        self.connection = mine
+        self.token = token
+        self.frames = Frames(mine)
         self.closed = False
         self.is_ready = False
 
@@ -143,8 +155,7 @@ class AnswerProcess:
 
     def send(self, work: dict) -> None:
         try:
-            self.process.stdin.write(marshal.dumps(work))
-            self.process.stdin.close()
+            self.connection.send_bytes(marshal.dumps(work))
         except OSError:  # it died already; the frames will say so
             pass
 
@@ -169,24 +180,22 @@ class AnswerProcess:
             except OSError:  # the group is gone already
                 pass
         self.process.wait()
-        if self.process.stdin and not self.process.stdin.closed:
-            try:
-                self.process.stdin.close()
-            except OSError:
-                pass
+        if self.token:  # and whatever it started that left its process group
+            sweep(self.token)
         self.stderr.close()
 
 
 def answer_records(snapshot: PackageSnapshot, folder: Path, cells: list[tuple[int, str]],
-                   answers: list[tuple[str, str]], check_timeout: float, first: AnswerProcess | None = None,
-                   start_timeout: float = ANSWER_PROCESS_START, seeds: dict[str, int] | None = None
-                   ) -> dict[str, tuple]:
+                   answers: list[tuple[str, str]], check_timeout: float, start_timeout: float = ANSWER_PROCESS_START,
+                   token: str = "", path: list[Path] = (), seeds: dict[str, int] | None = None) -> dict[str, tuple]:
     """Replay the definitions and probe every answer in fresh processes; one result per exercise:
     ``(RECORD, data)``, ``(TAMPERED, names)``, ``(TIMED_OUT,)`` or ``(ERROR, why)``.
 
     ``cells`` are the cells that ran, as ``(number, python source)``; ``answers`` the exercises
     wanted, as ``(exercise id, answer name)``; ``seeds`` the seed of each one's inputs (drawn in the
-    answer process when not given). ``first`` is a process started already. A process
+    answer process when not given). Process ``N`` imports a copy of the package written to
+    ``folder/process-N/package`` and works in ``folder/process-N/work``; ``token`` and ``path`` are
+    given to each (see :class:`AnswerProcess`). A process
     gets ``start_timeout`` seconds (the notebook's ``--timeout``) to import everything and replay
     the definitions; one that takes longer gives ``(TIMED_OUT, why)`` for every answer left. A definition
     whose replay raises (say ``x = mha.mask`` after ``mha = ...`` was left out) is not reported:
@@ -196,10 +205,9 @@ def answer_records(snapshot: PackageSnapshot, folder: Path, cells: list[tuple[in
     attempt = 0
     while remaining:
         attempt += 1
-        if attempt == 1 and first is not None:
-            process = first
-        else:
-            process = AnswerProcess(snapshot.write_copy(folder / f"package-{attempt}"), folder)
+        base = folder / f"process-{attempt}"
+        (base / "work").mkdir(parents=True)
+        process = AnswerProcess(snapshot.write_copy(base / "package"), base / "work", token, path)
         try:
             if process.ready(time.monotonic() + start_timeout):
                 # Ready, it reads all of its standard input before any of the notebook's code runs.

@@ -39,7 +39,8 @@ from pathlib import Path
 from ..exercises import EXERCISES
 from ..exercises.framework import PASSED
 from ..notebook_files import in_tool_folder
-from .grading_setup import limit_errors, platform_problem
+from .confinement import adopt_orphans, landlock_version
+from .grading_setup import GradingUnavailableError, limit_errors, platform_problem
 from .report import NotebookReport, format_report
 
 #: The status of an exercise whose chapter's notebook a student did not hand in.
@@ -179,8 +180,15 @@ def main(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     students = collect(args.submissions) if args.submissions is not None else {"": list(args.notebooks)}
     paths = [path for notebooks in students.values() for path in notebooks]
-    reports = grade(paths, args.timeout, args.check_timeout, cell_timeout=args.cell_timeout, jobs=args.jobs,
-                    seed=args.seed)
+    if not landlock_version():
+        print("note: this system cannot confine the notebooks (Landlock, Linux 5.13 or later): a notebook could "
+              "change the files later gradings use. Grade each submission in a container of its own.", file=sys.stderr)
+    try:
+        reports = grade(paths, args.timeout, args.check_timeout, cell_timeout=args.cell_timeout, jobs=args.jobs,
+                        seed=args.seed, orphans=adopt_orphans())
+    except GradingUnavailableError as error:  # the package's compiled files are not its source
+        print(f"error: {error}", file=sys.stderr)
+        return NOT_ALL_PASSED
     by_path = dict(zip(paths, reports))
     graded = {student: [by_path[path] for path in notebooks] for student, notebooks in students.items()}
     rows = gradebook(graded, chapters, args.partial)

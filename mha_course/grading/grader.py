@@ -8,19 +8,22 @@ For each notebook the grader
    as a whole; a cell that raises, or runs too long ("timed out", with the limit and the flag that
    raises it), is reported and the run goes on, as "Run all" would with errors allowed; a kernel that dies, or a cell that calls ``exit()``, ends the run and
    is blamed on the cell that did it (:mod:`mha_course.grading.notebook_run`). The learner's file
-   is never written to. What the notebook printed is kept, to compare with the verdicts;
+   is never written to. What the notebook printed is kept, to compare with the verdicts. The kernel,
+   and every process it starts, carries the notebook's token and may write only in the notebook's
+   folder (:mod:`mha_course.grading.confinement`); once the kernel is gone, every process holding
+   the token is ended;
 2. checks that the notebook did not change the package's files, neither its private copy nor the
    installed ones; one that did is not scored. The grader never writes into the installed package
    (often a contributor's working tree): an installed file that changed is reported and left as
    it is (:mod:`mha_course.grading.package_files`);
-3. finds the answers in a *fresh* process (:mod:`mha_course.grading.answer_process`, which runs
-   :mod:`mha_course.grading.answer_probing`), against another private copy of the package: it
-   replays only the statements of the cells that ran which define names (imports, ``def``,
-   ``class``, plain assignments, the assignments of what those definitions read; see
-   :mod:`mha_course.exercises.definitions`), probes each answer by
-   its name (``build_causal_mask``, ...) as ``check`` does, and sends back what the answer did as
-   plain data. Patches of torch or of the package made by the notebook's other cells never run
-   there, and an answer that changes them while it is checked is not scored;
+3. finds the answers in a *fresh* process, started only then and confined likewise
+   (:mod:`mha_course.grading.answer_process`, which runs :mod:`mha_course.grading.answer_probing`),
+   against another private copy of the package: it replays only the statements of the cells that
+   ran which define names (imports, ``def``, ``class``, plain assignments, the assignments of what
+   those definitions read, every assignment to an answer's name; see
+   :mod:`mha_course.exercises.definitions`), probes each answer by its name
+   (``build_causal_mask``, ...) as ``check`` does, and sends back what the answer did as plain data.
+   Patches of torch or of the package made by the notebook's other cells never run there;
 4. judges those records against the package's reference in its own process, which never ran any
    notebook code, and reports every disagreement between the verdict and the line the notebook
    printed, in either direction (:mod:`mha_course.grading.report`);
@@ -37,6 +40,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
+import sys
 import shutil
 import subprocess
 import tempfile
@@ -49,14 +54,16 @@ import nbformat
 import mha_course
 from tqdm import tqdm
 from ..exercises import EXERCISES
-from .answer_process import TIMED_OUT, AnswerProcess, answer_records
+from .answer_process import TIMED_OUT, answer_records
+from .answer_probing import replayed_names
+from .confinement import TOKEN_VARIABLE, sweep
 from ..exercises.definitions import defined_names
 from ..exercises.framework import ERROR, MISSING, NOT_IMPLEMENTED
 from .grading_setup import (CELL_TIMEOUT, CHECK_TIMEOUT, NOTEBOOK_TIMEOUT, GradingUnavailableError,
                             require_grading_platform)
 from ..notebook_files import DATA_FOLDER, data_files
 from .notebook_run import NotebookRun, cell_name, first_line, python_source
-from .package_files import EditWatch, PackageSnapshot, environment_changes, environment_files
+from .package_files import EditWatch, PackageSnapshot, environment_changes, environment_files, planted_bytecode
 from .seeds import exercise_seeds, grading_seed
 from .report import (NOT_CHECKED, NOT_RUN, NOT_SCORED, ExerciseScore, NotebookReport, compare_printed,
                      exercises_for, format_report, listed, not_checked, printed_verdicts, verdict, withhold)
@@ -64,14 +71,16 @@ from .report import (NOT_CHECKED, NOT_RUN, NOT_SCORED, ExerciseScore, NotebookRe
 
 def grade_notebook(path: Path, timeout: float = NOTEBOOK_TIMEOUT, check_timeout: float = CHECK_TIMEOUT,
                    cell_timeout: float = CELL_TIMEOUT, snapshot: PackageSnapshot | None = None,
-                   watch: EditWatch | None = None, seed: int | None = None) -> NotebookReport:
+                   watch: EditWatch | None = None, seed: int | None = None, orphans: bool = False) -> NotebookReport:
     """Execute a copy of the notebook at ``path`` and score its exercises. Never raises for a
     broken or hostile notebook: what went wrong is in the report's ``events``.
 
     ``snapshot`` is the package as grading found it (read now if not given); ``watch`` is shared by
     notebooks graded at the same time. ``seed`` is the grading's seed (a fresh one if not given; see
     :mod:`mha_course.grading.seeds`): the report records it, the package's version and the notebook's
-    SHA-256, and grading the same notebook with the same seed draws the same inputs.
+    SHA-256, and grading the same notebook with the same seed draws the same inputs. ``orphans``:
+    this process adopts orphaned processes (:func:`~mha_course.grading.confinement.adopt_orphans`),
+    and ends those that carry no token.
 
     Raises:
         GradingUnavailableError: on a platform that cannot run the grader (Windows; see
@@ -92,7 +101,7 @@ def grade_notebook(path: Path, timeout: float = NOTEBOOK_TIMEOUT, check_timeout:
                              "start with a chapter number")
     snapshot = snapshot or PackageSnapshot()
     watch = watch or EditWatch(snapshot)
-    grading = _Grading(path, exercise_ids, report, snapshot, watch, (timeout, cell_timeout, check_timeout))
+    grading = _Grading(path, exercise_ids, report, snapshot, watch, (timeout, cell_timeout, check_timeout), orphans)
     withheld = False
     try:
         with tempfile.TemporaryDirectory(prefix="mha-course-grade-") as folder:
@@ -116,17 +125,20 @@ class _Grading:
     """One notebook being graded: its run in a kernel, its answers, and the verdicts, into ``report``."""
 
     def __init__(self, path: Path, exercise_ids: list[str], report: NotebookReport, snapshot: PackageSnapshot,
-                 watch: EditWatch, limits: tuple[float, float, float]):
+                 watch: EditWatch, limits: tuple[float, float, float], orphans: bool = False):
         self.path, self.exercise_ids, self.report = path, exercise_ids, report
         self.snapshot, self.watch = snapshot, watch
         self.timeout, self.cell_timeout, self.check_timeout = limits
         self.key = watch.start()
         self.environment = environment_files()  # .pth files and the like, as the notebook finds them
+        self.token = secrets.token_hex(16)  # in the environment of every process of this grading
+        self.orphans = orphans  # this process adopts orphans: end those that come without a token too
 
     def run_in(self, folder: Path) -> bool:
         """Grade in the temporary ``folder``; True if the notebook's score was withheld."""
-        run_folder = folder / "run"
+        run_folder, scratch = folder / "run", folder / "scratch"
         run_folder.mkdir()
+        scratch.mkdir()
         # Work on a copy in a folder of its own: files the notebook writes land there, and the
         # learner's notebook is never touched.
         shutil.copyfile(self.path, run_folder / self.path.name)
@@ -135,41 +147,44 @@ class _Grading:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)
         self.package = self.snapshot.write_copy(folder / "package")
-        self.run = NotebookRun(nbformat.read(run_folder / self.path.name, as_version=4), run_folder,
-                               self.report.events)
-        # The answer process starts now, from a copy of its own, and imports everything while the
-        # kernel starts; the notebook's first cell runs only once it has.
         self.answer_folder = folder / "answers"
         self.answer_folder.mkdir()
-        answers = AnswerProcess(self.snapshot.write_copy(self.answer_folder / "package-1"), self.answer_folder)
+        # The kernel may write in its own folders only (where the system can confine it).
+        launcher = [sys.executable, "-I", "-S", str(self.package / "mha_course" / "grading" / "confinement.py"),
+                    str(run_folder), str(scratch), "--"]
+        self.run = NotebookRun(nbformat.read(run_folder / self.path.name, as_version=4), run_folder,
+                               self.report.events, launcher)
         try:
-            return self._run_and_judge(answers)
+            return self._run_and_judge(scratch)
         finally:
-            answers.close()
+            sweep(self.token, orphans=self.orphans)
 
-    def _run_and_judge(self, answers: AnswerProcess) -> bool:
+    def _run_and_judge(self, scratch: Path) -> bool:
         report, exercise_ids, snapshot = self.report, self.exercise_ids, self.snapshot
         # The kernel finds the private copy first, and not the installed package's folder at all.
         inherited = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep)
                      if entry and not snapshot.is_installed_at(Path(entry))]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(self.package), *inherited]),
-               "PYTHONDONTWRITEBYTECODE": "1"}
+               "PYTHONDONTWRITEBYTECODE": "1", TOKEN_VARIABLE: self.token, "TMPDIR": str(scratch),
+               "IPYTHONDIR": str(scratch / "ipython")}
         started = False
         try:
             # The kernel's own log lines (e.g. its warning about TCP transport) would clutter the table.
             with self.run.client.setup_kernel(stderr=subprocess.DEVNULL, env=env):
                 started = True
-                answers.ready(time.monotonic() + self.timeout)
                 self.run.run_notebook(self.timeout, self.cell_timeout)
         except Exception as error:  # the kernel would not start, or died on shutdown
             if not started:
                 report.events.append(f"the notebook could not be run: {type(error).__name__}: "
                                      f"{first_line(str(error))}")
+        # Nothing the notebook started runs on once its kernel is gone: not while its answers are
+        # checked, nor while the next notebook is graded.
+        sweep(self.token, orphans=self.orphans)
         printed = printed_verdicts(self.run.notebook)
         if not started:
             not_checked(report, exercise_ids)
             return False
-        copy = sorted({*snapshot.changed_in(self.package), *snapshot.changed_in(self.answer_folder / "package-1")})
+        copy = snapshot.changed_in(self.package)
         installed = self.watch.check(self.key)
         environment = environment_changes(self.environment)
         if copy or installed or environment:
@@ -181,17 +196,21 @@ class _Grading:
             return True
         if not exercise_ids:
             return False
+        codes = [python_source(c.source) for c in self.run.notebook.cells if c.cell_type == "code"]
         cells = [(i + 1, python_source(self.run.notebook.cells[i].source)) for i in sorted(self.run.ran)]
         wanted = [(eid, EXERCISES[eid].answer_name) for eid in exercise_ids]
         seeds = exercise_seeds(report.seed, exercise_ids)
         results = answer_records(snapshot, self.answer_folder, cells, wanted, self.check_timeout,
-                                 first=answers if answers.is_ready else None, start_timeout=self.timeout, seeds=seeds)
-        edited = sorted({name for copy in self.answer_folder.glob("package-*") for name in snapshot.changed_in(copy)})
+                                 start_timeout=self.timeout, token=self.token, path=[Path(p) for p in inherited],
+                                 seeds=seeds)
+        edited = sorted({name for copy in self.answer_folder.glob("process-*/package")
+                         for name in snapshot.changed_in(copy)})
         if edited:
             withhold(report, exercise_ids, f"while its answers were checked, the notebook's code changed the "
                                            f"package's files ({listed(edited)})")
             return True
-        definers = {i: defined_names(python_source(c.source)) for i, c in enumerate(self.run.notebook.cells)
+        used = replayed_names(codes, {name for _, name in wanted})
+        definers = {i: defined_names(python_source(c.source), used) for i, c in enumerate(self.run.notebook.cells)
                     if c.cell_type == "code"}
         for exercise_id in exercise_ids:
             report.exercises.append(verdict(exercise_id, results.get(exercise_id, (ERROR, "no result")), self.run,
@@ -203,20 +222,28 @@ class _Grading:
 
 def grade(paths: list[Path], timeout: float = NOTEBOOK_TIMEOUT, check_timeout: float = CHECK_TIMEOUT,
           progress: bool = True, cell_timeout: float = CELL_TIMEOUT, jobs: int = 1,
-          seed: int | None = None) -> list[NotebookReport]:
+          seed: int | None = None, orphans: bool = False) -> list[NotebookReport]:
     """Grade several notebooks (``jobs`` at a time), with a progress bar on stderr; each with ``seed``
-    if given, else with a fresh seed of its own.
+    if given, else with a fresh seed of its own (``orphans``: see :func:`grade_notebook`).
 
     Raises:
-        GradingUnavailableError: on a platform that cannot run the grader (before grading anything).
+        GradingUnavailableError: on a platform that cannot run the grader, or where the package's
+            compiled files are not its source (before grading anything).
     """
     require_grading_platform()
     snapshot = PackageSnapshot()
+    planted = planted_bytecode(snapshot.root)
+    if planted:
+        raise GradingUnavailableError(
+            f"the package's compiled files {listed(planted)} (in {snapshot.root}) are not what their source files "
+            "compile to, and Python loads them in place of the source: code planted there would grade. Delete "
+            f"the package's __pycache__ folders (find {snapshot.root} -name __pycache__ -exec rm -r {{}} +) and "
+            "grade again")
     watch = EditWatch(snapshot)
     paths = [Path(p) for p in paths]
     with tqdm(total=len(paths), desc="Grading", disable=not progress) as bar:
         def one(path: Path) -> NotebookReport:
-            report = grade_notebook(path, timeout, check_timeout, cell_timeout, snapshot, watch, seed)
+            report = grade_notebook(path, timeout, check_timeout, cell_timeout, snapshot, watch, seed, orphans)
             bar.set_postfix_str(path.name)
             bar.update()
             return report

@@ -4,10 +4,10 @@
 check of the values given on the command line) and the platform check. This module imports nothing
 heavy, so the command line's parser can read the defaults without loading nbformat or nbclient.
 
-The grader talks to the fresh process that checks the answers over a pipe: it hands the pipe's
-write end to that process with ``subprocess``'s ``pass_fds``, in a session of its own that it kills
-as a whole, and reads the frames with a ``multiprocessing`` connection over the read end, which
-waits on it with ``select`` (through :mod:`selectors`). All of it works on POSIX systems (Linux,
+The grader talks to the fresh process that checks the answers over a socket pair: it hands one
+end to that process with ``subprocess``'s ``pass_fds``, in a session of its own that it kills as a
+whole, and reads the frames with a ``multiprocessing`` connection over its own end, which waits on
+it with ``select`` (through :mod:`selectors`). All of it works on POSIX systems (Linux,
 macOS), where processes fork; Windows has none of it (``pass_fds`` is refused there, ``os.killpg``
 is missing, ``select`` waits on sockets only, and ``multiprocessing``'s connections there are
 sockets and message-mode named pipes, with no length before each message), so grading needs Linux
@@ -68,7 +68,8 @@ def platform_problem() -> str | None:
 
 
 class GradingUnavailableError(RuntimeError):
-    """Grading was asked for on a platform that cannot run it (see :func:`platform_problem`)."""
+    """Grading was asked for where it cannot run: a platform that lacks what it needs (see
+    :func:`platform_problem`), or a package whose compiled files are not its source."""
 
 
 def require_grading_platform() -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import nbformat
 from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
@@ -108,6 +109,17 @@ def kernel_for(notebook: nbformat.NotebookNode, events: list[str]) -> str:
     return FALLBACK_KERNEL
 
 
+def launched_by(launcher: list[str]) -> type[AsyncKernelManager]:
+    """A kernel manager that starts the kernel's command behind ``launcher`` (a command that ends
+    by running the rest of its arguments, such as :mod:`mha_course.grading.confinement`)."""
+
+    class Launched(AsyncKernelManager):
+        def format_kernel_cmd(self, extra_arguments=None):
+            return [*launcher, *super().format_kernel_cmd(extra_arguments)]
+
+    return Launched
+
+
 class NotebookRun:
     """One notebook's kernel: execute cells with deadlines, and note what happens in ``events``.
 
@@ -115,17 +127,20 @@ class NotebookRun:
         notebook: the notebook to run (its cells receive their outputs).
         folder: the kernel's working folder.
         events: the list that what happened is appended to, in order, as readable lines.
+        launcher: a command the kernel's own command is started behind (none by default).
     """
 
-    def __init__(self, notebook: nbformat.NotebookNode, folder: Path, events: list[str]):
+    def __init__(self, notebook: nbformat.NotebookNode, folder: Path, events: list[str],
+                 launcher: list[str] | None = None):
         self.notebook = notebook
         self.events = events
+        managers = {"kernel_manager_class": launched_by(launcher)} if launcher else {}
         self.client = NotebookClient(
             notebook, timeout=None, allow_errors=True, interrupt_on_timeout=False, record_timing=False,
             kernel_name=kernel_for(notebook, events),
             resources={"metadata": {"path": str(folder)}},
             log=_QUIET_LOG,  # time-outs and errors are reported in the score table instead
-            on_cell_executed=self._executed, shutdown_kernel="immediate",
+            on_cell_executed=self._executed, shutdown_kernel="immediate", **managers,
         )
         self.ran: set[int] = set()  # cells that ran to their end (with or without an error)
         self.not_run: dict[int, str] = {}  # cell index -> why it did not run to its end
@@ -209,4 +224,4 @@ class NotebookRun:
                 return
 
 
-__all__ = ["NotebookRun", "cell_name", "first_line", "seconds", "python_source"]
+__all__ = ["NotebookRun", "launched_by", "cell_name", "first_line", "seconds", "python_source"]

@@ -17,7 +17,10 @@ and, as the edit stays, every notebook graded after it. The grader therefore
   that notebook is not scored, since the grader cannot tell who changed it.
 
 Compiled files (``__pycache__``) are not compared: any Python that imports the package writes
-them. The private copies hold none, and their processes write none.
+them. The private copies hold none, and their processes write none. But a compiled file that Python
+would load in place of its source must be what that source compiles to: :func:`planted_bytecode`
+finds one that is not (planted by a notebook graded where nothing confined it), and the grader
+refuses to start until it is deleted.
 
 Notebooks graded at the same time share an :class:`EditWatch`, so that an edit found while one of
 them runs withholds the score of every notebook that was running then.
@@ -34,6 +37,8 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import marshal
 import site
 import threading
 from pathlib import Path
@@ -126,7 +131,50 @@ class EditWatch:
         return found
 
 
-__all__ = ["PackageSnapshot", "EditWatch"]
+def _used_bytecode(source: Path, data: bytes) -> bool:
+    """Whether Python would load the compiled file ``data`` (PEP 552's header) for ``source``."""
+    if data[:4] != importlib.util.MAGIC_NUMBER or len(data) < 16:
+        return False
+    flags = int.from_bytes(data[4:8], "little")
+    raw = source.read_bytes()
+    if flags & 1:  # hash-based: used as it is, unless Python checks the hash and it differs
+        return not flags & 2 or data[8:16] == importlib.util.source_hash(raw)
+    stat = source.stat()
+    return (int.from_bytes(data[8:12], "little") == int(stat.st_mtime) & 0xFFFFFFFF
+            and int.from_bytes(data[12:16], "little") == len(raw) & 0xFFFFFFFF)
+
+
+def planted_bytecode(root: Path) -> list[str]:
+    """The compiled files under ``root`` that Python would load in place of their source but that
+    are not what the source compiles to, by path relative to ``root``.
+
+    Example:
+        >>> import py_compile, sys, tempfile
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     source, forged = Path(folder) / "mine.py", Path(folder) / "forged.py"
+        ...     _ = source.write_text("X = 1\\n"), forged.write_text("X = 2\\n")
+        ...     _ = py_compile.compile(str(source), doraise=True)
+        ...     fine = planted_bytecode(Path(folder))
+        ...     _ = py_compile.compile(str(forged), cfile=importlib.util.cache_from_source(str(source)),
+        ...                            invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+        ...     fine, planted_bytecode(Path(folder)) == [f"__pycache__/mine.{sys.implementation.cache_tag}.pyc"]
+        ([], True)
+    """
+    planted = []
+    for source in sorted(root.rglob("*.py")):
+        compiled = Path(importlib.util.cache_from_source(str(source)))
+        try:
+            data = compiled.read_bytes()
+            if not _used_bytecode(source, data):
+                continue
+            if marshal.loads(data[16:]) != compile(source.read_bytes(), str(source), "exec", dont_inherit=True):
+                planted.append(compiled.relative_to(root).as_posix())
+        except (OSError, ValueError, EOFError, TypeError, SyntaxError):
+            continue
+    return planted
+
+
+__all__ = ["PackageSnapshot", "EditWatch", "planted_bytecode"]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ NOT_RUN = "not run"  # the cell defining the answer never ran (time-out, dead ke
 NOT_SCORED = "not scored"  # the notebook changed the package or the checking code
 NOT_CHECKED = "not checked"  # the notebook's kernel could not be started
 
+_UNDEFINED = re.compile(r"name '(\w+)' is not defined")
 _CHECK_CALL = re.compile(r"""check\(\s*["'](\d+\.\d+)["']""")
 _PRINTED = re.compile(rf"^({PASS_MARK}|{WAITING_MARK}|{FAIL_MARK}) (\d+\.\d+)\b", re.MULTILINE)
 
@@ -158,17 +159,21 @@ def verdict(exercise_id: str, result: tuple, run: NotebookRun, definers: dict[in
     if kind != RECORD:
         return score(exercise_id, ERROR, f"{FAIL_MARK} {exercise_id}: could not be checked: {result[1]}")
     judged = judge(exercise, from_message(result[1]))
-    if judged.status != PASSED and "is not defined" in judged.line:
-        return score(exercise_id, judged.status, f"{judged.line} (The grader runs the answers with only the "
-                     "notebook's imports, def and class statements and assignments to names: set what the answer "
-                     "uses there, not as a side effect of other code.)", judged.checks_passed)
-    if judged.status == MISSING:
-        unrun = [i for i, names in definers.items() if name in names and i not in run.ran]
+    # An answer that is missing, or reads a name that is not defined, because the cell defining it
+    # did not run to its end (a time limit, exit()) is "not run" or "timed out": never failed.
+    undefined = _UNDEFINED.findall(judged.line) if judged.status != PASSED else []
+    for wanted in ([name] if judged.status == MISSING else []) + undefined:
+        unrun = [i for i, names in definers.items() if wanted in names and i not in run.ran]
         if unrun:
             why = run.not_run.get(unrun[0], f"{run.name(unrun[0])} did not run")
             status = TIMED_OUT if unrun[0] in run.timed_out else NOT_RUN
-            return score(exercise_id, status, f"{FAIL_MARK} {exercise_id}: {status}: {why}; {name} is defined in "
+            what = f"{name} is defined in" if wanted == name else f"{name} reads {wanted}, which is defined in"
+            return score(exercise_id, status, f"{FAIL_MARK} {exercise_id}: {status}: {why}; {what} "
                                               f"{run.name(unrun[0])}, which did not run to its end")
+    if undefined:
+        return score(exercise_id, judged.status, f"{judged.line} (The grader runs the answers with only the "
+                     "notebook's imports, def and class statements and assignments to names: set what the answer "
+                     "uses there, not as a side effect of other code.)", judged.checks_passed)
     return score(exercise_id, judged.status, judged.line, judged.checks_passed)
 
 
