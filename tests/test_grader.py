@@ -131,7 +131,7 @@ def test_command_succeeds_with_table_json_and_progress_bar(graded):
     reports = [NotebookReport.from_dict(n) for n in graded.scores["notebooks"]]
     assert out == format_report(reports) + f"\nScores written to {graded.out}\n"
     walks = _statuses(graded.by_name["walks_around_the_watch.ipynb"])["1.1"] == "passed"  # out of scope: either
-    assert f"Total: {16 + walks}/51 exercises passed in 14 notebook(s)" in out
+    assert f"Total: {16 + walks}/52 exercises passed in 14 notebook(s)" in out
     assert "Grading" in graded.proc.stderr and "14/14" in graded.proc.stderr  # the progress line
     assert "Task exception" not in graded.proc.stderr  # nbclient's reader of an interrupted cell stays quiet
     assert graded.scores["score"] == 16 + walks and graded.scores["max_score"] == 51

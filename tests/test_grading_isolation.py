@@ -204,7 +204,7 @@ def test_a_confined_process_writes_only_in_its_folder_connects_nowhere_and_signa
     assert out.stdout.splitlines() == ["write refused PermissionError",
                                        f"connect {'refused PermissionError' if version >= 4 else 'allowed'}",
                                        f"signal {'refused PermissionError' if version >= 6 else 'allowed'}"]
-    assert (tmp_path / "own" / "mine").read_text() == "allowed" and not (tmp_path / "outside").exists()
+    assert (tmp_path / "own" / "mine").read_text(encoding="utf-8") == "allowed" and not (tmp_path / "outside").exists()
 
 
 @POSIX_GRADING

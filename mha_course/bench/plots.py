@@ -265,7 +265,8 @@ def plot_heads_map(results: dict):
 def plot_tiled(results: dict):
     """Peak memory (left) and median time (right) against the length, for the explicit scores,
     the tiled loop and the fused kernel of a tiled run (log-log): the forward pass with filled
-    markers, and, where the run holds them, the forward and backward passes with open ones.
+    markers, and, where the run holds them, the forward and backward passes with open markers of
+    other shapes.
 
     Example:
         >>> rows = [{"config": f"tiled-{t}", "implementation": n, "mode": "tiled", "num_tokens": t,
@@ -288,6 +289,7 @@ def plot_tiled(results: dict):
     modes = [TILED_MODE] + ([TRAINING_MODE] if has_training_rows(results) else [])
     labels = {"scores": "explicit scores", "tiled": "tiled loop (Python)", "sdpa": "fused kernel (SDPA)"}
     markers, dashes = {"scores": "o", "tiled": "s", "sdpa": "^"}, {"scores": "-", "tiled": "--", "sdpa": ":"}
+    training_markers = {"scores": "D", "tiled": "v", "sdpa": "P"}  # a shape of their own, open
     with house_style():
         fig, (memory, time) = plt.subplots(1, 2, figsize=book_figsize(1.0, aspect=0.46 + 0.06 * (len(modes) - 1)),
                                            layout="constrained")
@@ -297,7 +299,8 @@ def plot_tiled(results: dict):
             for index, name in enumerate(TILED_IMPLEMENTATIONS):
                 rows = by_name[name]
                 tokens = [r["num_tokens"] for r in rows]
-                style = dict(color=OKABE_ITO[index], marker=markers[name], linestyle=dashes[name],
+                style = dict(color=OKABE_ITO[index], marker=(training_markers if training else markers)[name],
+                             linestyle=dashes[name],
                              lw=1.2 if training else 1.8, label=labels[name] + (", training" if training else ""),
                              markerfacecolor="white" if training else OKABE_ITO[index])
                 if all("peak_bytes" in r for r in rows):
