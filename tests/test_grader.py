@@ -134,7 +134,7 @@ def test_command_succeeds_with_table_json_and_progress_bar(graded):
     assert f"Total: {16 + walks}/52 exercises passed in 14 notebook(s)" in out
     assert "Grading" in graded.proc.stderr and "14/14" in graded.proc.stderr  # the progress line
     assert "Task exception" not in graded.proc.stderr  # nbclient's reader of an interrupted cell stays quiet
-    assert graded.scores["score"] == 16 + walks and graded.scores["max_score"] == 51
+    assert graded.scores["score"] == 16 + walks and graded.scores["max_score"] == 52
     assert [Path(n["notebook"]).name for n in graded.scores["notebooks"]] == graded.names
 
 
