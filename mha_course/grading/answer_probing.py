@@ -168,16 +168,20 @@ def run(work: dict, fd: int) -> None:
         _send(fd, ("record", exercise_id, to_message(record)))
 
 
-def main() -> None:
-    """Confine this process to its working folder, read the work from the socket named in
-    ``argv[1]`` and send the frames back on it."""
-    fd = int(sys.argv[1])
+def serve(fd: int) -> None:
+    """Confine this process to its working folder, read the work from the socket ``fd`` and send
+    the frames back on it; then end the process."""
     confine([Path.cwd()])  # before any of the notebook's code runs (nothing is confined where unsupported)
     _send(fd, ("ready",))  # everything is imported: the grader may now send the work
     work = marshal.loads(Connection(os.dup(fd)).recv_bytes())
     run(work, fd)
     sys.stdout.flush()
     os._exit(0)  # no clean-up code of the notebook's (atexit, __del__) runs after the last record
+
+
+def main() -> None:
+    """:func:`serve` on the socket named in ``argv[1]`` (a process started for one notebook)."""
+    serve(int(sys.argv[1]))
 
 
 def from_message(data):

@@ -104,7 +104,65 @@ class Frames:
         self.stopped.set()
 
 
-class AnswerProcess:
+class Answering:
+    """What every answer process offers the grader, however it was started: its frames, ``ready``,
+    ``send``, ``running``, ``why_it_ended`` and ``close``. A subclass sets ``pid`` (the leader of
+    the process's own session), ``connection``, ``stderr`` and ``token``, and says how to learn
+    the exit code (:meth:`exit_code`)."""
+
+    pid: int
+    token: str = ""
+    stderr = None
+
+    def _begin(self, connection) -> None:
+        self.connection = connection
+        self.frames = Frames(connection)
+        self.closed = False
+        self.is_ready = False
+
+    def exit_code(self, timeout: float = 0.0) -> int | None:
+        """The process's exit code once it has ended (waiting up to ``timeout`` seconds), else None."""
+        raise NotImplementedError
+
+    def running(self) -> bool:
+        return self.exit_code() is None
+
+    def ready(self, deadline: float) -> bool:
+        """Wait until the process has imported everything (``False`` if it does not in time)."""
+        self.is_ready = self.is_ready or self.frames.next(deadline) == ("ready",)
+        return self.is_ready
+
+    def send(self, work: dict) -> None:
+        try:
+            self.connection.send_bytes(marshal.dumps(work))
+        except OSError:  # it died already; the frames will say so
+            pass
+
+    def why_it_ended(self) -> str:
+        code = self.exit_code(timeout=5)
+        if code is None:
+            return "it stopped answering"
+        self.stderr.seek(0)
+        lines = [ln for ln in self.stderr.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+        return f"exit code {code}" + (f": {first_line(lines[-1])}" if lines else "")
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.frames.stop()
+        if self.exit_code() is None:  # not reaped yet: its process group's number is still its own
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except OSError:  # the group is gone already
+                pass
+        self.exit_code(timeout=30)
+        if self.token:  # and whatever it started that left its process group
+            sweep(self.token)
+        self.stderr.close()
+
+
+class AnswerProcess(Answering):
     """One run of :mod:`mha_course.grading.answer_probing` in a fresh Python process.
 
     Args:
@@ -142,52 +200,20 @@ class AnswerProcess:
             raise
         finally:
             theirs.close()
-        self.connection = mine
-        self.token = token
-        self.frames = Frames(mine)
-        self.closed = False
-        self.is_ready = False
+        self.pid, self.token = self.process.pid, token
+        self._begin(mine)
 
-    def ready(self, deadline: float) -> bool:
-        """Wait until the process has imported everything (``False`` if it does not in time)."""
-        self.is_ready = self.is_ready or self.frames.next(deadline) == ("ready",)
-        return self.is_ready
-
-    def send(self, work: dict) -> None:
+    def exit_code(self, timeout: float = 0.0) -> int | None:
         try:
-            self.connection.send_bytes(marshal.dumps(work))
-        except OSError:  # it died already; the frames will say so
-            pass
-
-    def why_it_ended(self) -> str:
-        try:
-            self.process.wait(timeout=5)
+            return self.process.wait(timeout=timeout) if timeout else self.process.poll()
         except subprocess.TimeoutExpired:
-            return "it stopped answering"
-        self.stderr.seek(0)
-        lines = [ln for ln in self.stderr.read().decode("utf-8", "replace").splitlines() if ln.strip()]
-        code = self.process.returncode
-        return f"exit code {code}" + (f": {first_line(lines[-1])}" if lines else "")
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self.frames.stop()
-        if self.process.returncode is None:  # not reaped yet: its process group's number is still its own
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except OSError:  # the group is gone already
-                pass
-        self.process.wait()
-        if self.token:  # and whatever it started that left its process group
-            sweep(self.token)
-        self.stderr.close()
+            return None
 
 
 def answer_records(snapshot: PackageSnapshot, folder: Path, cells: list[tuple[int, str]],
                    answers: list[tuple[str, str]], check_timeout: float, start_timeout: float = ANSWER_PROCESS_START,
-                   token: str = "", path: list[Path] = (), seeds: dict[str, int] | None = None) -> dict[str, tuple]:
+                   token: str = "", path: list[Path] = (), seeds: dict[str, int] | None = None,
+                   server=None) -> dict[str, tuple]:
     """Replay the definitions and probe every answer in fresh processes; one result per exercise:
     ``(RECORD, data)``, ``(TAMPERED, names)``, ``(TIMED_OUT,)`` or ``(ERROR, why)``.
 
@@ -207,14 +233,16 @@ def answer_records(snapshot: PackageSnapshot, folder: Path, cells: list[tuple[in
         attempt += 1
         base = folder / f"process-{attempt}"
         (base / "work").mkdir(parents=True)
-        process = AnswerProcess(snapshot.write_copy(base / "package"), base / "work", token, path)
+        # Forked from the grading's answer server when it has one that answers; else started afresh.
+        process = server.start(base / "work", token, time.monotonic() + start_timeout) if server else None
+        process = process or AnswerProcess(snapshot.write_copy(base / "package"), base / "work", token, path)
         try:
             if process.ready(time.monotonic() + start_timeout):
                 # Ready, it reads all of its standard input before any of the notebook's code runs.
                 process.send({"cells": cells, "answers": remaining, "seeds": seeds or {}})
                 frame = process.frames.next(time.monotonic() + start_timeout)
             else:  # still importing, or gone: the work is not sent (a write it never reads would block)
-                frame = "timeout" if process.process.poll() is None else None
+                frame = "timeout" if process.running() else None
             if frame == "timeout":
                 for exercise_id, _ in remaining:
                     results[exercise_id] = (TIMED_OUT, f"the process that checks the answers had not imported the "
@@ -247,4 +275,4 @@ def answer_records(snapshot: PackageSnapshot, folder: Path, cells: list[tuple[in
     return results
 
 
-__all__ = ["AnswerProcess", "Frames", "answer_records", "ANSWER_PROCESS_START", "TIMED_OUT", "RECORD", "TAMPERED"]
+__all__ = ["Answering", "AnswerProcess", "Frames", "answer_records", "ANSWER_PROCESS_START", "TIMED_OUT", "RECORD", "TAMPERED"]

@@ -38,6 +38,7 @@ The command line, ``python -m mha_course grade``, is :mod:`mha_course.grading.gr
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import secrets
@@ -55,6 +56,7 @@ import mha_course
 from tqdm import tqdm
 from ..exercises import EXERCISES
 from .answer_process import TIMED_OUT, answer_records
+from .answer_server import AnswerServer, available
 from .answer_probing import replayed_names
 from .confinement import TOKEN_VARIABLE, sweep
 from ..exercises.definitions import defined_names
@@ -71,7 +73,8 @@ from .report import (NOT_CHECKED, NOT_RUN, NOT_SCORED, ExerciseScore, NotebookRe
 
 def grade_notebook(path: Path, timeout: float = NOTEBOOK_TIMEOUT, check_timeout: float = CHECK_TIMEOUT,
                    cell_timeout: float = CELL_TIMEOUT, snapshot: PackageSnapshot | None = None,
-                   watch: EditWatch | None = None, seed: int | None = None, orphans: bool = False) -> NotebookReport:
+                   watch: EditWatch | None = None, seed: int | None = None, orphans: bool = False,
+                   server: AnswerServer | None = None) -> NotebookReport:
     """Execute a copy of the notebook at ``path`` and score its exercises. Never raises for a
     broken or hostile notebook: what went wrong is in the report's ``events``.
 
@@ -80,7 +83,8 @@ def grade_notebook(path: Path, timeout: float = NOTEBOOK_TIMEOUT, check_timeout:
     :mod:`mha_course.grading.seeds`): the report records it, the package's version and the notebook's
     SHA-256, and grading the same notebook with the same seed draws the same inputs. ``orphans``:
     this process adopts orphaned processes (:func:`~mha_course.grading.confinement.adopt_orphans`),
-    and ends those that carry no token.
+    and ends those that carry no token. ``server``: the grading's answer server
+    (:mod:`mha_course.grading.answer_server`); one is started for this notebook alone if not given.
 
     Raises:
         GradingUnavailableError: on a platform that cannot run the grader (Windows; see
@@ -101,17 +105,41 @@ def grade_notebook(path: Path, timeout: float = NOTEBOOK_TIMEOUT, check_timeout:
                              "start with a chapter number")
     snapshot = snapshot or PackageSnapshot()
     watch = watch or EditWatch(snapshot)
-    grading = _Grading(path, exercise_ids, report, snapshot, watch, (timeout, cell_timeout, check_timeout), orphans)
-    withheld = False
-    try:
-        with tempfile.TemporaryDirectory(prefix="mha-course-grade-") as folder:
-            withheld = grading.run_in(Path(folder))
-    finally:
-        edited = watch.finish(grading.key)
+    # A notebook with no exercise to check needs no answer server.
+    with contextlib.nullcontext(server) if server or not exercise_ids else answer_server(snapshot) as server:
+        grading = _Grading(path, exercise_ids, report, snapshot, watch, (timeout, cell_timeout, check_timeout),
+                           orphans, server)
+        withheld = False
+        try:
+            with tempfile.TemporaryDirectory(prefix="mha-course-grade-") as folder:
+                withheld = grading.run_in(Path(folder))
+        finally:
+            edited = watch.finish(grading.key)
     if edited and not withheld:
         withhold(report, exercise_ids, installed_edit(edited))
     report.seconds = time.monotonic() - started
     return report
+
+
+@contextlib.contextmanager
+def answer_server(snapshot: PackageSnapshot):
+    """An answer server started now from ``snapshot`` and ended on leaving (None where there can be none)."""
+    if not available():
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="mha-course-answers-") as folder:
+        server = AnswerServer(snapshot, Path(folder), [Path(p) for p in inherited_path(snapshot)])
+        try:
+            yield server
+        finally:
+            server.close()
+
+
+def inherited_path(snapshot: PackageSnapshot) -> list[str]:
+    """The grader's ``PYTHONPATH`` without the installed package's folder: the folders a notebook's
+    kernel and answer processes find modules in after the package's private copy."""
+    return [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+            if entry and not snapshot.is_installed_at(Path(entry))]
 
 
 def installed_edit(names: list[str]) -> str:
@@ -125,7 +153,8 @@ class _Grading:
     """One notebook being graded: its run in a kernel, its answers, and the verdicts, into ``report``."""
 
     def __init__(self, path: Path, exercise_ids: list[str], report: NotebookReport, snapshot: PackageSnapshot,
-                 watch: EditWatch, limits: tuple[float, float, float], orphans: bool = False):
+                 watch: EditWatch, limits: tuple[float, float, float], orphans: bool = False,
+                 server: AnswerServer | None = None):
         self.path, self.exercise_ids, self.report = path, exercise_ids, report
         self.snapshot, self.watch = snapshot, watch
         self.timeout, self.cell_timeout, self.check_timeout = limits
@@ -133,6 +162,7 @@ class _Grading:
         self.environment = environment_files()  # .pth files and the like, as the notebook finds them
         self.token = secrets.token_hex(16)  # in the environment of every process of this grading
         self.orphans = orphans  # this process adopts orphans: end those that come without a token too
+        self.server = server
 
     def run_in(self, folder: Path) -> bool:
         """Grade in the temporary ``folder``; True if the notebook's score was withheld."""
@@ -162,8 +192,7 @@ class _Grading:
     def _run_and_judge(self, scratch: Path) -> bool:
         report, exercise_ids, snapshot = self.report, self.exercise_ids, self.snapshot
         # The kernel finds the private copy first, and not the installed package's folder at all.
-        inherited = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                     if entry and not snapshot.is_installed_at(Path(entry))]
+        inherited = inherited_path(snapshot)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(self.package), *inherited]),
                "PYTHONDONTWRITEBYTECODE": "1", TOKEN_VARIABLE: self.token, "TMPDIR": str(scratch),
                "IPYTHONDIR": str(scratch / "ipython")}
@@ -202,9 +231,9 @@ class _Grading:
         seeds = exercise_seeds(report.seed, exercise_ids)
         results = answer_records(snapshot, self.answer_folder, cells, wanted, self.check_timeout,
                                  start_timeout=self.timeout, token=self.token, path=[Path(p) for p in inherited],
-                                 seeds=seeds)
+                                 seeds=seeds, server=self.server)
         edited = sorted({name for copy in self.answer_folder.glob("process-*/package")
-                         for name in snapshot.changed_in(copy)})
+                         for name in snapshot.changed_in(copy)} | set(self.server.changed() if self.server else []))
         if edited:
             withhold(report, exercise_ids, f"while its answers were checked, the notebook's code changed the "
                                            f"package's files ({listed(edited)})")
@@ -241,9 +270,10 @@ def grade(paths: list[Path], timeout: float = NOTEBOOK_TIMEOUT, check_timeout: f
             "grade again")
     watch = EditWatch(snapshot)
     paths = [Path(p) for p in paths]
-    with tqdm(total=len(paths), desc="Grading", disable=not progress) as bar:
+    with tqdm(total=len(paths), desc="Grading", disable=not progress) as bar, answer_server(snapshot) as server:
         def one(path: Path) -> NotebookReport:
-            report = grade_notebook(path, timeout, check_timeout, cell_timeout, snapshot, watch, seed, orphans)
+            report = grade_notebook(path, timeout, check_timeout, cell_timeout, snapshot, watch, seed, orphans,
+                                    server)
             bar.set_postfix_str(path.name)
             bar.update()
             return report
