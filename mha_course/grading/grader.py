@@ -91,34 +91,22 @@ def grade_notebook(path: Path, timeout: float = NOTEBOOK_TIMEOUT, check_timeout:
             :mod:`mha_course.grading.grading_setup`).
     """
     require_grading_platform()
-    report = NotebookReport(str(path), seed=grading_seed(seed), package_version=mha_course.__version__)
+    report = _new_report(path, seed)
     started = time.monotonic()
-    try:
-        report.sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
-        notebook = nbformat.read(path, as_version=4)
-    except Exception as error:
-        report.events.append(f"could not read the notebook: {type(error).__name__}: {first_line(str(error))}")
+    grading = _Grading.prepare(path, report, snapshot or PackageSnapshot(), watch,
+                               (timeout, cell_timeout, check_timeout), orphans)
+    if grading is None:
         return report
-    exercise_ids = exercises_for(notebook, path)
-    if not exercise_ids:
-        report.events.append("no exercises found: the notebook calls no check(...) and its name does not "
-                             "start with a chapter number")
-    snapshot = snapshot or PackageSnapshot()
-    watch = watch or EditWatch(snapshot)
     # A notebook with no exercise to check needs no answer server.
-    with contextlib.nullcontext(server) if server or not exercise_ids else answer_server(snapshot) as server:
-        grading = _Grading(path, exercise_ids, report, snapshot, watch, (timeout, cell_timeout, check_timeout),
-                           orphans, server)
-        withheld = False
-        try:
-            with tempfile.TemporaryDirectory(prefix="mha-course-grade-") as folder:
-                withheld = grading.run_in(Path(folder))
-        finally:
-            edited = watch.finish(grading.key)
-    if edited and not withheld:
-        withhold(report, exercise_ids, installed_edit(edited))
+    with contextlib.nullcontext(server) if server or not grading.exercise_ids else answer_server(grading.snapshot) as own:
+        grading.server = own
+        grading.grade()
     report.seconds = time.monotonic() - started
     return report
+
+
+def _new_report(path: Path, seed: int | None) -> NotebookReport:
+    return NotebookReport(str(path), seed=grading_seed(seed), package_version=mha_course.__version__)
 
 
 @contextlib.contextmanager
@@ -150,7 +138,12 @@ def installed_edit(names: list[str]) -> str:
 
 
 class _Grading:
-    """One notebook being graded: its run in a kernel, its answers, and the verdicts, into ``report``."""
+    """One notebook being graded: its run in a kernel, its answers, and the verdicts, into ``report``.
+
+    :meth:`prepare` lays out its temporary folder (a copy of the notebook and its data, a private
+    copy of the package); :meth:`start_kernel` may start its kernel ahead of its turn, while the
+    notebook before it is graded; :meth:`grade` runs it and judges it, and ends everything it started.
+    """
 
     def __init__(self, path: Path, exercise_ids: list[str], report: NotebookReport, snapshot: PackageSnapshot,
                  watch: EditWatch, limits: tuple[float, float, float], orphans: bool = False,
@@ -158,17 +151,39 @@ class _Grading:
         self.path, self.exercise_ids, self.report = path, exercise_ids, report
         self.snapshot, self.watch = snapshot, watch
         self.timeout, self.cell_timeout, self.check_timeout = limits
-        self.key = watch.start()
-        self.environment = environment_files()  # .pth files and the like, as the notebook finds them
         self.token = secrets.token_hex(16)  # in the environment of every process of this grading
         self.orphans = orphans  # this process adopts orphans: end those that come without a token too
         self.server = server
+        self.then = None  # called once the kernel has started (to start the next notebook's)
+        self.folder = Path(tempfile.mkdtemp(prefix="mha-course-grade-"))
+        try:
+            self._lay_out(self.folder)
+        except BaseException:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise
 
-    def run_in(self, folder: Path) -> bool:
-        """Grade in the temporary ``folder``; True if the notebook's score was withheld."""
-        run_folder, scratch = folder / "run", folder / "scratch"
+    @classmethod
+    def prepare(cls, path: Path, report: NotebookReport, snapshot: PackageSnapshot, watch: EditWatch | None,
+                limits: tuple[float, float, float], orphans: bool = False) -> _Grading | None:
+        """The grading of the notebook at ``path``, laid out; None (and why, in ``report``) if it
+        cannot be read."""
+        require_grading_platform()
+        try:
+            report.sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
+            notebook = nbformat.read(path, as_version=4)
+        except Exception as error:
+            report.events.append(f"could not read the notebook: {type(error).__name__}: {first_line(str(error))}")
+            return None
+        exercise_ids = exercises_for(notebook, path)
+        if not exercise_ids:
+            report.events.append("no exercises found: the notebook calls no check(...) and its name does not "
+                                 "start with a chapter number")
+        return cls(path, exercise_ids, report, snapshot, watch or EditWatch(snapshot), limits, orphans)
+
+    def _lay_out(self, folder: Path) -> None:
+        run_folder, self.scratch = folder / "run", folder / "scratch"
         run_folder.mkdir()
-        scratch.mkdir()
+        self.scratch.mkdir()
         # Work on a copy in a folder of its own: files the notebook writes land there, and the
         # learner's notebook is never touched.
         shutil.copyfile(self.path, run_folder / self.path.name)
@@ -181,26 +196,52 @@ class _Grading:
         self.answer_folder.mkdir()
         # The kernel may write in its own folders only (where the system can confine it).
         launcher = [sys.executable, "-I", "-S", str(self.package / "mha_course" / "grading" / "confinement.py"),
-                    str(run_folder), str(scratch), "--"]
+                    str(run_folder), str(self.scratch), "--"]
         self.run = NotebookRun(nbformat.read(run_folder / self.path.name, as_version=4), run_folder,
                                self.report.events, launcher)
+        # The kernel finds the private copy first, and not the installed package's folder at all.
+        self.inherited = inherited_path(self.snapshot)
+        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(self.package), *self.inherited]),
+                    "PYTHONDONTWRITEBYTECODE": "1", TOKEN_VARIABLE: self.token, "TMPDIR": str(self.scratch),
+                    "IPYTHONDIR": str(self.scratch / "ipython")}
+
+    def start_kernel(self) -> None:
+        """Start the kernel now, ahead of the notebook's turn (it imports torch and the checks
+        meanwhile); if it does not start, :meth:`grade` starts one and says why."""
+        if self.exercise_ids:
+            self.run.start_kernel(stderr=subprocess.DEVNULL, env=self.env)
+
+    def grade(self) -> None:
+        """Run the notebook and judge it, into the report; then end every process of its grading
+        and delete its folder."""
+        self.key = key = self.watch.start()
+        self.environment = environment_files()  # .pth files and the like, as the notebook finds them
+        withheld = False
         try:
-            return self._run_and_judge(scratch)
+            withheld = self._run_and_judge(self.scratch)
         finally:
-            sweep(self.token, orphans=self.orphans)
+            self.close()
+            edited = self.watch.finish(key)
+        if edited and not withheld:
+            withhold(self.report, self.exercise_ids, installed_edit(edited))
+
+    def close(self) -> None:
+        """End every process of this grading (a kernel started ahead and never used, too) and
+        delete its folder."""
+        self.run.stop_kernel()
+        sweep(self.token, orphans=self.orphans)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def _run_and_judge(self, scratch: Path) -> bool:
         report, exercise_ids, snapshot = self.report, self.exercise_ids, self.snapshot
-        # The kernel finds the private copy first, and not the installed package's folder at all.
-        inherited = inherited_path(snapshot)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(self.package), *inherited]),
-               "PYTHONDONTWRITEBYTECODE": "1", TOKEN_VARIABLE: self.token, "TMPDIR": str(scratch),
-               "IPYTHONDIR": str(scratch / "ipython")}
+        inherited = self.inherited
         started = False
         try:
             # The kernel's own log lines (e.g. its warning about TCP transport) would clutter the table.
-            with self.run.client.setup_kernel(stderr=subprocess.DEVNULL, env=env):
+            with self.run.client.setup_kernel(stderr=subprocess.DEVNULL, env=self.env):
                 started = True
+                if self.then:
+                    self.then()
                 self.run.run_notebook(self.timeout, self.cell_timeout)
         except Exception as error:  # the kernel would not start, or died on shutdown
             if not started:
@@ -270,18 +311,57 @@ def grade(paths: list[Path], timeout: float = NOTEBOOK_TIMEOUT, check_timeout: f
             "grade again")
     watch = EditWatch(snapshot)
     paths = [Path(p) for p in paths]
+    limits = (timeout, cell_timeout, check_timeout)
     with tqdm(total=len(paths), desc="Grading", disable=not progress) as bar, answer_server(snapshot) as server:
-        def one(path: Path) -> NotebookReport:
-            report = grade_notebook(path, timeout, check_timeout, cell_timeout, snapshot, watch, seed, orphans,
-                                    server)
-            bar.set_postfix_str(path.name)
+        def done(report: NotebookReport) -> NotebookReport:
+            bar.set_postfix_str(Path(report.notebook).name)
             bar.update()
             return report
 
         if jobs <= 1 or len(paths) <= 1:
-            return [one(path) for path in paths]
+            return [done(report) for report in _one_after_another(paths, snapshot, watch, limits, seed, orphans,
+                                                                   server)]
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            return list(pool.map(one, paths))
+            return list(pool.map(lambda path: done(grade_notebook(path, timeout, check_timeout, cell_timeout,
+                                                                  snapshot, watch, seed, orphans, server)), paths))
+
+
+def _one_after_another(paths: list[Path], snapshot: PackageSnapshot, watch: EditWatch,
+                       limits: tuple[float, float, float], seed: int | None, orphans: bool, server):
+    """Grade the notebooks one at a time, yielding each report as it is done. Once a notebook's
+    kernel has started, the next notebook's is started too, so that it imports torch and the checks
+    while this one runs (a kernel holds nothing of a notebook before its turn). Each report's
+    ``seconds`` count from the notebook's turn."""
+    ahead: dict[int, tuple[NotebookReport, _Grading | None]] = {}
+
+    def prepare(index: int) -> tuple[NotebookReport, _Grading | None]:
+        report = _new_report(paths[index], seed)
+        return report, _Grading.prepare(paths[index], report, snapshot, watch, limits, orphans)
+
+    def start_next(index: int) -> None:
+        if index < len(paths) and index not in ahead:
+            try:
+                ahead[index] = prepare(index)
+                if ahead[index][1]:
+                    ahead[index][1].start_kernel()
+            except Exception:  # noqa: BLE001 - it is prepared again, at its turn, and says why there
+                _, grading = ahead.pop(index, (None, None))
+                if grading:
+                    grading.close()
+
+    try:
+        for index in range(len(paths)):
+            started = time.monotonic()
+            report, grading = ahead.pop(index) if index in ahead else prepare(index)
+            if grading:
+                grading.server, grading.then = server, lambda after=index + 1: start_next(after)
+                grading.grade()
+            report.seconds = time.monotonic() - started
+            yield report
+    finally:
+        for _, grading in ahead.values():
+            if grading:
+                grading.close()
 
 
 __all__ = ["grade", "grade_notebook", "format_report", "cell_name", "exercises_for", "NotebookReport", "ExerciseScore",

@@ -147,6 +147,36 @@ class NotebookRun:
         self.exit_cell: int | None = None  # the cell that called exit(), if one did
         self.timed_out: set[int] = set()  # cells stopped, or never started, because a time limit was up
 
+    #: What a kernel started ahead of its notebook's turn imports meanwhile (torch, the package and
+    #: its checks), binding no name the notebook could read.
+    WARM_UP = "import torch as _warm, mha_course as _warm, mha_course.exercises as _warm; del _warm"
+    #: Seconds a kernel started ahead is given to import all that and answer.
+    WARM_UP_TIMEOUT = 120
+
+    def start_kernel(self, **kwargs) -> None:
+        """Start the kernel now, ahead of :meth:`run_notebook`'s turn (``kwargs`` as for
+        ``setup_kernel``); an IPython kernel imports :data:`WARM_UP` meanwhile. If it does not
+        start, ``setup_kernel`` starts one later, as usual."""
+        client = self.client
+        try:
+            client.km = client.create_kernel_manager()
+            if getattr(client.km, "ipykernel", False):
+                client.extra_arguments = [*client.extra_arguments, f"--IPKernelApp.exec_lines={self.WARM_UP}"]
+                client.startup_timeout = max(client.startup_timeout, self.WARM_UP_TIMEOUT)
+            run_sync(client.async_start_new_kernel)(**kwargs)
+        except Exception:  # noqa: BLE001 - setup_kernel tries again, and reports what goes wrong then
+            self.stop_kernel()
+            client.km = None
+
+    def stop_kernel(self) -> None:
+        """Shut down a kernel that was started and is still running (one started ahead and never run)."""
+        km = self.client.km
+        try:
+            if km is not None and km.has_kernel:
+                run_sync(km.shutdown_kernel)(now=True)
+        except Exception:  # noqa: BLE001 - its processes are swept by their token all the same
+            pass
+
     def _executed(self, cell, cell_index, execute_reply) -> None:
         payloads = (execute_reply or {}).get("content", {}).get("payload", []) or []
         if any(p.get("source") == "ask_exit" for p in payloads):
