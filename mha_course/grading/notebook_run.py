@@ -149,7 +149,7 @@ class NotebookRun:
 
     #: What a kernel started ahead of its notebook's turn imports meanwhile (torch, the package and
     #: its checks), binding no name the notebook could read.
-    WARM_UP = "import torch as _warm, mha_course as _warm, mha_course.exercises as _warm; del _warm"
+    WARM_UP = "import torch as _warm, mha_course.exercises as _warm; _warm = _warm.EXERCISES; del _warm"
     #: Seconds a kernel started ahead is given to import all that and answer.
     WARM_UP_TIMEOUT = 120
 
