@@ -79,3 +79,15 @@ def test_a_notebook_that_cannot_be_read_is_reported_and_the_next_is_graded(tmp_p
                     check_timeout=120)
     assert any("could not read the notebook" in event for event in reports[0].events)
     assert passed(reports[1])
+
+
+def test_a_kernel_started_ahead_draws_figures_inline_as_any_kernel_does(tmp_path):
+    path = tmp_path / "figure.ipynb"
+    cells = [*CELLS[2:], "import matplotlib.pyplot as plt\nplt.plot([0, 1, 0])\nplt.show()"]
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), path)
+    grading = _Grading.prepare(path, _new_report(path, 1), PackageSnapshot(), None, (600, 300, 120))
+    grading.start_kernel()
+    grading.grade()
+    assert passed(grading.report), grading.report.events
+    outputs = grading.run.notebook.cells[-1].outputs
+    assert any("image/png" in output.get("data", {}) for output in outputs), outputs

@@ -147,9 +147,10 @@ class NotebookRun:
         self.exit_cell: int | None = None  # the cell that called exit(), if one did
         self.timed_out: set[int] = set()  # cells stopped, or never started, because a time limit was up
 
-    #: What a kernel started ahead of its notebook's turn imports meanwhile (torch, the package and
-    #: its checks), binding no name the notebook could read.
-    WARM_UP = "import torch as _warm, mha_course.exercises as _warm; _warm = _warm.EXERCISES; del _warm"
+    #: What a kernel started ahead of its notebook's turn imports meanwhile (torch, matplotlib, the
+    #: package's figures and its checks), binding no name the notebook could read.
+    WARM_UP = ("import torch as _warm, matplotlib.pyplot as _warm, mha_course.plots as _warm, "
+               "mha_course.exercises as _warm; _warm = _warm.EXERCISES; del _warm")
     #: Seconds a kernel started ahead is given to import all that and answer.
     WARM_UP_TIMEOUT = 120
 
