@@ -1,8 +1,9 @@
 """The grader's answer process: replay a notebook's definitions, probe each answer, send the records.
 
 The grader starts this module in a fresh Python process (``python -I -S -B``, the package imported
-from a private copy written after the notebook's kernel and every process it started were ended), in
-a session of its own. Here:
+from a private copy), in a session of its own, after the notebook's kernel and every process it
+started were ended: on Linux a fork of the grading's answer server, which imported all of this before
+any notebook ran (:mod:`mha_course.grading.answer_server`); elsewhere a process started for it. Here:
 
 1. everything the probes need is imported; the process confines itself to its working folder
    (:func:`mha_course.grading.confinement.confine`), says ``("ready",)`` and reads its work;

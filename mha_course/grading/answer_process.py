@@ -2,7 +2,10 @@
 
 The answers are found in a *fresh* Python process (:mod:`mha_course.grading.answer_probing`, run with
 ``python -I -S -B`` against a private copy of the package), never in the kernel that ran the notebook,
-and only once that kernel and every process it started have been ended.
+and only once that kernel and every process it started have been ended. On Linux it is forked from
+the grading's answer server (:mod:`mha_course.grading.answer_server`, a :class:`Answering` too),
+which has imported everything already; elsewhere, or when the server cannot give one, it is started
+afresh as below.
 :class:`AnswerProcess` starts one in a session of its own, with the notebook's token in its
 environment (:mod:`mha_course.grading.confinement`), and hands it one end of a socket pair
 (``pass_fds``; a socket, unlike a pipe, cannot be opened again through ``/proc/<pid>/fd``). The
@@ -219,9 +222,11 @@ def answer_records(snapshot: PackageSnapshot, folder: Path, cells: list[tuple[in
 
     ``cells`` are the cells that ran, as ``(number, python source)``; ``answers`` the exercises
     wanted, as ``(exercise id, answer name)``; ``seeds`` the seed of each one's inputs (drawn in the
-    answer process when not given). Process ``N`` imports a copy of the package written to
-    ``folder/process-N/package`` and works in ``folder/process-N/work``; ``token`` and ``path`` are
-    given to each (see :class:`AnswerProcess`). A process
+    answer process when not given). Process ``N`` works in ``folder/process-N/work``: forked from
+    ``server`` (an :class:`~mha_course.grading.answer_server.AnswerServer`) if one is given and
+    answers, else started afresh, importing a copy of the package written to
+    ``folder/process-N/package``; ``token`` and ``path`` are given to each (see
+    :class:`AnswerProcess`). A process
     gets ``start_timeout`` seconds (the notebook's ``--timeout``) to import everything and replay
     the definitions; one that takes longer gives ``(TIMED_OUT, why)`` for every answer left. A definition
     whose replay raises (say ``x = mha.mask`` after ``mha = ...`` was left out) is not reported:

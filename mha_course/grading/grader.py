@@ -18,7 +18,9 @@ For each notebook the grader
    it is (:mod:`mha_course.grading.package_files`);
 3. finds the answers in a *fresh* process, started only then and confined likewise
    (:mod:`mha_course.grading.answer_process`, which runs :mod:`mha_course.grading.answer_probing`),
-   against another private copy of the package: it replays only the statements of the cells that
+   against another private copy of the package. On Linux that process is forked from the grading's
+   answer server, which imported torch and the checks from the snapshot before any notebook ran and
+   never runs a notebook's code (:mod:`mha_course.grading.answer_server`). The process replays only the statements of the cells that
    ran which define names (imports, ``def``, ``class``, plain assignments, the assignments of what
    those definitions read, every assignment to an answer's name; see
    :mod:`mha_course.exercises.definitions`), probes each answer by its name
@@ -28,6 +30,11 @@ For each notebook the grader
    notebook code, and reports every disagreement between the verdict and the line the notebook
    printed, in either direction (:mod:`mha_course.grading.report`);
 5. prints a score table (and writes JSON on request).
+
+Notebooks graded one after another overlap: once a notebook's kernel has started, the next
+notebook's kernel is started too (laid out, confined and given its token as any kernel), and imports
+torch, matplotlib, the package's figures and its checks while this one runs. It runs none of its
+notebook's code before its turn. Each report's ``seconds`` count from the notebook's turn.
 
 Cells are named by their number, counting every cell from the top (Markdown included), and by
 their first line, as in ``cell 7 (`ratio = 1 / 0`)``. Grading needs Linux or macOS (WSL on
