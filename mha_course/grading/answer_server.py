@@ -32,7 +32,7 @@ files), and passes each child its work as a pickle.
 When the server cannot be used (not Linux, it died, or it did not answer in time) the grader starts
 each answer process afresh (:class:`~mha_course.grading.answer_process.AnswerProcess`): slower, the
 same verdicts. A notebook whose code edited the server's copy of the package is not scored, and the
-server is replaced (:meth:`AnswerServer.changed`).
+server is ended: later answers are found in processes started afresh (:meth:`AnswerServer.changed`).
 """
 
 from __future__ import annotations

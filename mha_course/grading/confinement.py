@@ -16,6 +16,14 @@ signal them (from Linux 6.12): neither the grader's nor another notebook's. Else
 :func:`landlock_version` is 0 and grading runs without confinement; the grader then still finds the
 edits it can see (:mod:`mha_course.grading.package_files`), after the fact.
 
+Two processes outside a notebook's sandbox live while it runs: the grading's answer server
+(:mod:`mha_course.grading.answer_server`, which no process of the same user may trace) and, when
+notebooks are graded one after another, the kernel started ahead for the next notebook. With
+Landlock 4 and 6 a notebook can neither connect to that kernel nor signal either of them. Without,
+it can disturb them: the next notebook's exercises may then fail (never pass: its answers are still
+replayed from its own cells), and a server that stops leaves the answers to processes started
+afresh.
+
 The confinement uses the kernel's documented system calls (``landlock_create_ruleset``,
 ``landlock_add_rule``, ``landlock_restrict_self``, ``prctl``) through :mod:`ctypes`. This file
 imports only the standard library: the grader runs it as a script in front of the kernel's own
