@@ -136,3 +136,34 @@ CAUSAL_KINDS = KINDS + ["fast", "fast-explicit", "gqa-cached", "tiled"]
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+def on_a_thread(work, guard: float):
+    """``work()`` on a thread, waited for at most ``guard`` seconds, its result returned (or its
+    error raised): a grader that hangs fails the test instead of hanging it."""
+    import threading
+
+    results, errors = [], []
+
+    def run() -> None:
+        try:
+            results.append(work())
+        except BaseException as error:  # noqa: BLE001 - raised again below, in the test
+            errors.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(guard)
+    assert not thread.is_alive(), f"still running after {guard:g} s: the grader hangs"
+    if errors:
+        raise errors[0]
+    return results[0]
+
+
+def process_running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie, dead but not yet reaped, is not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as file:
+            return file.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

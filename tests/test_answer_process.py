@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import POSIX_GRADING
+from conftest import POSIX_GRADING, on_a_thread, process_running
 from mha_course.exercises.framework import ERROR
 from mha_course.grading import answer_process
 from mha_course.grading.answer_process import RECORD, TIMED_OUT, AnswerProcess, answer_records
@@ -100,22 +100,8 @@ def stand_in(monkeypatch):
 
 def records(folder: Path, answers: list[tuple[str, str]]) -> dict[str, tuple]:
     """answer_records on a thread, waited for at most GUARD seconds."""
-    results: dict[str, tuple] = {}
-    errors: list[BaseException] = []
-
-    def grade() -> None:
-        try:
-            results.update(answer_records(FolderSnapshot(), folder, [], answers, CHECK, start_timeout=START))
-        except BaseException as error:  # noqa: BLE001 - raised again below, in the test
-            errors.append(error)
-
-    thread = threading.Thread(target=grade, daemon=True)
-    thread.start()
-    thread.join(GUARD)
-    assert not thread.is_alive(), f"answer_records was still running after {GUARD:g} s: the grader hangs"
-    if errors:
-        raise errors[0]
-    return results
+    return on_a_thread(lambda: answer_records(FolderSnapshot(), folder, [], answers, CHECK, start_timeout=START),
+                       GUARD)
 
 
 def test_a_frame_started_and_never_finished_times_out_and_the_rest_go_to_a_new_process(stand_in, tmp_path):
@@ -259,16 +245,7 @@ def test_a_process_the_answer_started_in_a_session_of_its_own_is_ended_with_it(s
     finally:
         process.close()
     assert holders("answer-daemon-test") == []
-    assert not _running(daemon), "the daemon outlived the answer process's close()"
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie, dead but not yet reaped, is not)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as file:
-            return file.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    assert not process_running(daemon), "the daemon outlived the answer process's close()"
 
 
 def test_the_answer_processs_end_of_the_socket_cannot_be_opened_through_proc(stand_in, tmp_path):

@@ -11,13 +11,12 @@ a grader that hangs fails the test instead of hanging it.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import POSIX_GRADING
+from conftest import POSIX_GRADING, on_a_thread, process_running
 from mha_course.grading import answer_server
 from mha_course.grading.answer_process import RECORD, answer_records
 from mha_course.grading.answer_server import AnswerServer
@@ -71,32 +70,9 @@ def server(snapshot, tmp_path_factory):
 
 def records(snapshot, folder: Path, code: str, server, token: str = "answer-server-test") -> dict[str, tuple]:
     """Exercise 1.1's record for ``code``, drawn from seed 5, in processes of ``server`` (or fresh ones)."""
-    results: dict[str, tuple] = {}
-    errors: list[BaseException] = []
-
-    def grade() -> None:
-        try:
-            results.update(answer_records(snapshot, folder, [(1, code)], [("1.1", "build_causal_mask")], CHECK,
-                                          start_timeout=START, token=token, seeds={"1.1": 5}, server=server))
-        except BaseException as error:  # noqa: BLE001 - raised again below, in the test
-            errors.append(error)
-
-    thread = threading.Thread(target=grade, daemon=True)
-    thread.start()
-    thread.join(GUARD)
-    assert not thread.is_alive(), f"answer_records was still running after {GUARD:g} s: the grader hangs"
-    if errors:
-        raise errors[0]
-    return results
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie, dead but not yet reaped, is not)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as file:
-            return file.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    return on_a_thread(lambda: answer_records(snapshot, folder, [(1, code)], [("1.1", "build_causal_mask")], CHECK,
+                                              start_timeout=START, token=token, seeds={"1.1": 5}, server=server),
+                       GUARD)
 
 
 def test_a_fork_records_what_a_fresh_process_records(snapshot, server, tmp_path):
@@ -132,7 +108,7 @@ def test_a_fork_and_what_it_forks_carry_the_token_and_are_ended_with_it(server, 
     finally:
         process.close()
     assert holders(token) == []
-    assert daemon is not None and not _running(daemon), "the daemon outlived the answer process's close()"
+    assert daemon is not None and not process_running(daemon), "the daemon outlived the answer process's close()"
 
 
 def test_an_edited_copy_or_a_dead_server_leaves_answers_to_fresh_processes(snapshot, tmp_path):
