@@ -2,10 +2,10 @@
 (mha_course.grading.grader), so that it imports torch and the checks while the notebook before it runs.
 
 The notebooks here say what their kernel found by raising: a first cell that finds torch imported
-already raises, and so would one that finds a name the warm-up left. Graded in a row, the first
-notebook's kernel started at its turn (nothing imported), the second's ahead of it (torch imported,
-no name left); both are scored as usual. A kernel started ahead and never run is ended with its
-grading.
+already raises, and so would one that finds a name the warm-up left. Graded in a row after one that
+cannot be read, the first notebook's kernel started at its turn (nothing imported), the second's
+ahead of it (torch and the checks imported, no name left); both are scored as usual. A kernel started
+ahead draws figures inline, and one never run is ended with its grading.
 """
 
 from __future__ import annotations
@@ -46,13 +46,17 @@ def passed(report) -> bool:
 
 
 def test_the_next_notebooks_kernel_imports_torch_before_its_turn_and_leaves_no_name(tmp_path):
+    broken = tmp_path / "broken.ipynb"
+    broken.write_text("not a notebook", encoding="utf-8")
     first, second = notebook(tmp_path, "first.ipynb"), notebook(tmp_path, "second.ipynb")
-    reports = grade([first, second], progress=False, timeout=600, cell_timeout=300, check_timeout=120)
-    assert [passed(r) for r in reports] == [True, True]
-    assert not any("raised" in event for event in reports[0].events), reports[0].events
+    reports = grade([broken, first, second], progress=False, timeout=600, cell_timeout=300, check_timeout=120)
+    assert any("could not read the notebook" in event for event in reports[0].events)
+    assert [passed(r) for r in reports[1:]] == [True, True]
+    # after a notebook that could not be read, the first kernel starts at its turn
+    assert not any("raised" in event for event in reports[1].events), reports[1].events
     for found in ["torch was imported", "the checks were built"]:
-        assert any(f"{found} before the first cell" in event for event in reports[1].events), reports[1].events
-    assert not any("left a name" in event for event in reports[1].events), reports[1].events
+        assert any(f"{found} before the first cell" in event for event in reports[2].events), reports[2].events
+    assert not any("left a name" in event for event in reports[2].events), reports[2].events
 
 
 def test_a_kernel_started_ahead_and_never_run_is_ended_with_its_grading(tmp_path):
@@ -70,15 +74,6 @@ def test_a_kernel_started_ahead_and_never_run_is_ended_with_its_grading(tmp_path
         grading.close()
     assert holders(grading.token) == []
     assert not folder.exists()
-
-
-def test_a_notebook_that_cannot_be_read_is_reported_and_the_next_is_graded(tmp_path):
-    broken = tmp_path / "broken.ipynb"
-    broken.write_text("not a notebook", encoding="utf-8")
-    reports = grade([broken, notebook(tmp_path, "after.ipynb")], progress=False, timeout=600, cell_timeout=300,
-                    check_timeout=120)
-    assert any("could not read the notebook" in event for event in reports[0].events)
-    assert passed(reports[1])
 
 
 def test_a_kernel_started_ahead_draws_figures_inline_as_any_kernel_does(tmp_path):
