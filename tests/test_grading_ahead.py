@@ -17,7 +17,7 @@ import nbformat
 
 from conftest import POSIX_GRADING
 from mha_course.grading.confinement import holders
-from mha_course.grading.grader import _Grading, _new_report, grade
+from mha_course.grading.grader import NotebookGrading, new_report, grade
 from mha_course.grading.package_files import PackageSnapshot
 from mha_course.grading.report import PASSED
 
@@ -61,7 +61,7 @@ def test_the_next_notebooks_kernel_imports_torch_before_its_turn_and_leaves_no_n
 
 def test_a_kernel_started_ahead_and_never_run_is_ended_with_its_grading(tmp_path):
     path = notebook(tmp_path, "ahead.ipynb")
-    grading = _Grading.prepare(path, _new_report(path, 1), PackageSnapshot(), None, (600, 300, 120))
+    grading = NotebookGrading.prepare(path, new_report(path, 1), PackageSnapshot(), None, (600, 300, 120))
     folder = grading.folder
     try:
         grading.start_kernel()
@@ -80,7 +80,7 @@ def test_a_kernel_started_ahead_draws_figures_inline_as_any_kernel_does(tmp_path
     path = tmp_path / "figure.ipynb"
     cells = [*CELLS[2:], "import matplotlib.pyplot as plt\nplt.plot([0, 1, 0])\nplt.show()"]
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), path)
-    grading = _Grading.prepare(path, _new_report(path, 1), PackageSnapshot(), None, (600, 300, 120))
+    grading = NotebookGrading.prepare(path, new_report(path, 1), PackageSnapshot(), None, (600, 300, 120))
     grading.start_kernel()
     grading.grade()
     assert passed(grading.report), grading.report.events

@@ -172,7 +172,7 @@ class AnswerServer:
         self.is_ready = False
         self.broken = False
 
-    def _ask(self, request: tuple, fds: list[int], deadline: float):
+    def ask(self, request: tuple, fds: list[int], deadline: float):
         """Send one request and read its reply, within ``deadline``; None (and the server is no
         longer used) when it does not answer in time or is gone."""
         with self.lock:
@@ -204,7 +204,7 @@ class AnswerServer:
         """The exit code of the fork ``pid`` once it ended (waiting up to ``timeout`` s), else None."""
         deadline = time.monotonic() + timeout
         while True:
-            reply = self._ask(("status", pid), [], time.monotonic() + max(timeout, 10))
+            reply = self.ask(("status", pid), [], time.monotonic() + max(timeout, 10))
             if reply is None:
                 return -1  # the server is gone, and with it the means to know
             if reply[1] is not None or time.monotonic() >= deadline:
@@ -244,7 +244,7 @@ class ServedProcess(Answering):
         mine, theirs = multiprocessing.Pipe(duplex=True)
         self.stderr = tempfile.TemporaryFile(dir=folder)
         try:
-            reply = server._ask(("start", str(folder), token), [theirs.fileno(), self.stderr.fileno()], deadline)
+            reply = server.ask(("start", str(folder), token), [theirs.fileno(), self.stderr.fileno()], deadline)
         finally:
             theirs.close()
         self.pid = reply[1] if reply and reply[0] == "started" else 0

@@ -98,9 +98,9 @@ def grade_notebook(path: Path, timeout: float = NOTEBOOK_TIMEOUT, check_timeout:
             :mod:`mha_course.grading.grading_setup`).
     """
     require_grading_platform()
-    report = _new_report(path, seed)
+    report = new_report(path, seed)
     started = time.monotonic()
-    grading = _Grading.prepare(path, report, snapshot or PackageSnapshot(), watch,
+    grading = NotebookGrading.prepare(path, report, snapshot or PackageSnapshot(), watch,
                                (timeout, cell_timeout, check_timeout), orphans)
     if grading is None:
         return report
@@ -112,7 +112,7 @@ def grade_notebook(path: Path, timeout: float = NOTEBOOK_TIMEOUT, check_timeout:
     return report
 
 
-def _new_report(path: Path, seed: int | None) -> NotebookReport:
+def new_report(path: Path, seed: int | None) -> NotebookReport:
     return NotebookReport(str(path), seed=grading_seed(seed), package_version=mha_course.__version__)
 
 
@@ -144,7 +144,7 @@ def installed_edit(names: list[str]) -> str:
             "look at them (git diff) before grading again")
 
 
-class _Grading:
+class NotebookGrading:
     """One notebook being graded: its run in a kernel, its answers, and the verdicts, into ``report``.
 
     :meth:`prepare` lays out its temporary folder (a copy of the notebook and its data, a private
@@ -171,7 +171,7 @@ class _Grading:
 
     @classmethod
     def prepare(cls, path: Path, report: NotebookReport, snapshot: PackageSnapshot, watch: EditWatch | None,
-                limits: tuple[float, float, float], orphans: bool = False) -> _Grading | None:
+                limits: tuple[float, float, float], orphans: bool = False) -> NotebookGrading | None:
         """The grading of the notebook at ``path``, laid out; None (and why, in ``report``) if it
         cannot be read."""
         require_grading_platform()
@@ -339,11 +339,11 @@ def _one_after_another(paths: list[Path], snapshot: PackageSnapshot, watch: Edit
     kernel has started, the next notebook's is started too, so that it imports torch and the checks
     while this one runs (a kernel holds nothing of a notebook before its turn). Each report's
     ``seconds`` count from the notebook's turn."""
-    ahead: dict[int, tuple[NotebookReport, _Grading | None]] = {}
+    ahead: dict[int, tuple[NotebookReport, NotebookGrading | None]] = {}
 
-    def prepare(index: int) -> tuple[NotebookReport, _Grading | None]:
-        report = _new_report(paths[index], seed)
-        return report, _Grading.prepare(paths[index], report, snapshot, watch, limits, orphans)
+    def prepare(index: int) -> tuple[NotebookReport, NotebookGrading | None]:
+        report = new_report(paths[index], seed)
+        return report, NotebookGrading.prepare(paths[index], report, snapshot, watch, limits, orphans)
 
     def start_next(index: int) -> None:
         if index < len(paths) and index not in ahead:
