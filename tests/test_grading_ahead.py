@@ -4,8 +4,8 @@
 The notebooks here say what their kernel found by raising: a first cell that finds torch imported
 already raises, and so would one that finds a name the warm-up left. Graded in a row after one that
 cannot be read, the first notebook's kernel started at its turn (nothing imported), the second's
-ahead of it (torch and the checks imported, no name left); both are scored as usual. A kernel started
-ahead draws figures inline, and one never run is ended with its grading.
+ahead of it (torch and the checks imported, no name left); both are scored as usual. A grading's
+kernel builds figures but draws none, and a kernel started ahead and never run is ended with its grading.
 """
 
 from __future__ import annotations
@@ -76,13 +76,17 @@ def test_a_kernel_started_ahead_and_never_run_is_ended_with_its_grading(tmp_path
     assert not folder.exists()
 
 
-def test_a_kernel_started_ahead_draws_figures_inline_as_any_kernel_does(tmp_path):
+def test_a_kernel_started_ahead_builds_figures_but_draws_none(tmp_path):
     path = tmp_path / "figure.ipynb"
-    cells = [*CELLS[2:], "import matplotlib.pyplot as plt\nplt.plot([0, 1, 0])\nplt.show()"]
+    cells = [*CELLS[2:], "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([0, 1, 0])\nfig",
+             "ax.plot([0, 1, 0], made_up_argument=1)"]
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), path)
     grading = NotebookGrading.prepare(path, new_report(path, 1), PackageSnapshot(), None, (600, 300, 120))
     grading.start_kernel()
     grading.grade()
-    assert passed(grading.report), grading.report.events
-    outputs = grading.run.notebook.cells[-1].outputs
-    assert any("image/png" in output.get("data", {}) for output in outputs), outputs
+    assert passed(grading.report)
+    figure, mistake = grading.run.notebook.cells[-2:]
+    assert not any("image/png" in output.get("data", {}) for output in figure.outputs), figure.outputs
+    assert any("Figure size" in output.get("data", {}).get("text/plain", "") for output in figure.outputs)
+    # the figure's code still runs: a mistake in it is reported
+    assert any("made_up_argument" in event for event in grading.report.events), grading.report.events

@@ -31,6 +31,9 @@ For each notebook the grader
    printed, in either direction (:mod:`mha_course.grading.report`);
 5. prints a score table (and writes JSON on request).
 
+A notebook's kernel runs its figures' code but draws none (``MPLBACKEND=agg``): the grader shows no
+figure, and drawing one takes longer than building it.
+
 Notebooks graded one after another overlap: once a notebook's kernel has started, the next
 notebook's kernel is started too (laid out, confined and given its token as any kernel), and imports
 torch, matplotlib, the package's figures and its checks while this one runs. It runs none of its
@@ -210,7 +213,9 @@ class NotebookGrading:
         self.inherited = inherited_path(self.snapshot)
         self.env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(self.package), *self.inherited]),
                     "PYTHONDONTWRITEBYTECODE": "1", TOKEN_VARIABLE: self.token, "TMPDIR": str(self.scratch),
-                    "IPYTHONDIR": str(self.scratch / "ipython")}
+                    "IPYTHONDIR": str(self.scratch / "ipython"),
+                    # Figures are built but not drawn: the grader shows none, and drawing one takes longer.
+                    "MPLBACKEND": "agg"}
 
     def start_kernel(self) -> None:
         """Start the kernel now, ahead of the notebook's turn (it imports torch and the checks
