@@ -101,6 +101,17 @@ def grade(folder: Path, notebooks: list[Path], env: dict[str, str], name: str, *
             for r in reports}
 
 
+@pytest.fixture(scope="module")
+def alone(setup):
+    """The victims' grades, graded on their own (one run for both tests, before either's attacks)."""
+    folder, notebooks, env, _ = setup
+    grades = grade(folder, [notebooks / name for name in VICTIMS], env, "alone")
+    assert [status for _, status, _, _ in grades["raises.ipynb"]["exercises"]] == ["passed", "failed",
+                                                                                   "not implemented"]
+    assert [status for _, status, _, _ in grades["01_uses_a_library.ipynb"]["exercises"]][0] == "passed"
+    return grades
+
+
 def marked_processes(marker: str) -> list[int]:
     """The processes still running whose command line holds ``marker`` (the daemons carry it)."""
     found = []
@@ -115,13 +126,9 @@ def marked_processes(marker: str) -> list[int]:
 
 @POSIX_GRADING
 @CONFINED
-def test_no_attack_changes_a_later_notebooks_grade_in_the_same_run_or_a_later_one(setup):
+def test_no_attack_changes_a_later_notebooks_grade_in_the_same_run_or_a_later_one(setup, alone):
     folder, notebooks, env, marker = setup
     victims = [notebooks / name for name in VICTIMS]
-    alone = grade(folder, victims, env, "alone")
-    assert [status for _, status, _, _ in alone["raises.ipynb"]["exercises"]] == ["passed", "failed",
-                                                                                  "not implemented"]
-    assert [status for _, status, _, _ in alone["01_uses_a_library.ipynb"]["exercises"]][0] == "passed"
     attacks = [notebooks / name for name in ["daemon_outlives_its_kernel.ipynb", "plants_bytecode.ipynb",
                                              "edits_a_library.ipynb"]]
     attacked = grade(folder, [*attacks, *victims], env, "attacked")
@@ -137,10 +144,9 @@ def test_no_attack_changes_a_later_notebooks_grade_in_the_same_run_or_a_later_on
 
 @POSIX_GRADING
 @CONFINED
-def test_frames_forged_through_proc_reach_no_answer_process(setup):
+def test_frames_forged_through_proc_reach_no_answer_process(setup, alone):
     folder, notebooks, env, marker = setup
     victim = notebooks / "raises.ipynb"
-    alone = grade(folder, [victim], env, "frames-alone")
     # The forgery goes on until the victim is graded (or for 240 s at most): the victim's answer
     # processes all run while it tries.
     stop = folder / "forged-enough"
