@@ -59,8 +59,8 @@ pages:
 # tests need chromium: as root (CI) it is installed when missing, otherwise they are skipped.
 # pytest runs on two workers (pytest-xdist), a file at a time on one worker, so that a notebook's
 # cells, a browser session and the grader's shared run each stay in one process.
-# About seven minutes on a quiet two-core AMD EPYC with AVX-512, three of them the grader's tests waiting
-# for a notebook that never ends; longer on a slower processor (README, CONTRIBUTING.md).
+# About five minutes on a quiet two-core AMD EPYC with AVX-512, nearly all of it work for both cores;
+# longer on a slower processor (README, CONTRIBUTING.md).
 test: $(STAMP)
 	@if command -v chromium >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \

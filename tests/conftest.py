@@ -25,8 +25,11 @@ collect_ignore_glob = ["notebooks/*.ipynb"]
 
 
 #: Test files (or folders) that take longest, in that order: under pytest-xdist they start first, one
-#: to a worker, and the rest fill in around them (by number of tests, as xdist orders them).
-LONGEST_FIRST = ("tests/browser", "tests/test_grader.py")
+#: to a worker, and the rest fill in around them (by number of tests, as xdist orders them). The grading
+#: files have few tests each, so xdist alone would hand them out last, and the run would end waiting
+#: for one of them.
+LONGEST_FIRST = ("tests/browser", "tests/test_grader.py", "tests/test_grading_isolation.py", "tests/test_gradebook.py",
+                 "tests/test_student.py")
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -264,17 +264,3 @@ def test_a_notebook_with_nothing_to_grade_is_no_pass(tmp_path):
     broken = tmp_path / "01_broken.ipynb"
     broken.write_text("{ this is not json", encoding="utf-8")
     assert main(["grade", str(broken)]) == 1
-
-
-@pytest.mark.chapters
-@POSIX_GRADING
-def test_chapter_2_collected_alone_grades_cleanly(tmp_path):
-    notebook = tmp_path / "inbox" / "02_stacked_heads.ipynb"
-    notebook.parent.mkdir()
-    shutil.copy(ROOT / "book" / notebook.name, notebook)
-    out = tmp_path / "scores.json"
-    proc = finished(command(["grade", str(notebook), "--json", str(out), "--timeout", "900", "--cell-timeout", "300",
-                             "--check-timeout", "120"], tmp_path, package_copy(tmp_path / "installed")))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    [report] = json.loads(out.read_text(encoding="utf-8"))["notebooks"]
-    assert report["events"] == [] and {e["status"] for e in report["exercises"]} == {"passed"}

@@ -11,9 +11,10 @@ package's.
 
 The hostile notebooks are graded by the grade command in a process of its own, from temporary
 copies of the notebooks and of the package (``PYTHONPATH``), never against the repository: all of
-them in one shared run (a kernel and an answer process each, three at a time: the notebook that
-never ends mostly waits for its limits), read by the tests below. The time limits leave room for a
-machine whose cores are all busy with other work.
+them in one shared run (a kernel and an answer process each, three at a time), but the notebook that
+never ends, which is graded at the same time in a run of its own with short limits (it only waits
+for them). The tests below read both runs. The time limits leave room for a machine whose cores are
+all busy with other work.
 """
 
 from __future__ import annotations
@@ -43,9 +44,7 @@ from mha_course.grading.report import score
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = Path(__file__).parent / "notebooks"
-# hangs.ipynb first: it takes longest (a cell and an answer run into their limits, waiting), the others
-# share the other two places of the run.
-SHARED = ["hangs.ipynb", "raises.ipynb", "tampers.ipynb", "exits.ipynb", "patches_save.ipynb", "calls_exit.ipynb",
+SHARED = ["raises.ipynb", "tampers.ipynb", "exits.ipynb", "patches_save.ipynb", "calls_exit.ipynb",
           "edits_package.ipynb", "walks_around_the_watch.ipynb", "constants_computed_by_a_call.ipynb",
           "swaps_a_probe.ipynb", "01_names_another_kernel.ipynb"]
 CHAPTER_5 = [
@@ -79,19 +78,31 @@ def grade_command(args: list[str], cwd: Path, env: dict[str, str], **popen) -> s
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
-# Limits for the shared run. Every answer and cell of these notebooks that ends at all takes well
-# under a second on an idle machine, but a first cell imports torch and the package: on one core
-# shared with other work that took more than 20 s, and a cell that runs out of time leaves its
-# imports out of the replay. So the limits are wide. Only hangs.ipynb runs into them, and only it
-# waits for them.
+# Limits for the shared run. Every answer and cell of these notebooks takes well under a second on
+# an idle machine, but a first cell imports torch and the package: on one core shared with other
+# work that took more than 20 s, and a cell that runs out of time leaves its imports out of the
+# replay. So the limits are wide; no notebook of the shared run reaches them.
 CELL_LIMIT, CHECK_LIMIT = 90, 60
+#: The notebook that never ends, and its own run's limits, which it waits for. Its cells import
+#: nothing as they run, and the check limit starts once the answer process has imported torch and
+#: replayed the definitions (within --timeout): each cell and answer that ends takes milliseconds.
+HANGS = "01_hangs.ipynb"
+HANGS_CELL_LIMIT, HANGS_CHECK_LIMIT = 10, 10
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """One run of the grade command over copies of the hostile notebooks, a chapter 5 notebook and a
-    notebook that tries to fix the seed, against a copy of the package."""
+    notebook that tries to fix the seed, against a copy of the package; and, at the same time, a run
+    of its own over a copy of the notebook that never ends, against another copy."""
     folder = tmp_path_factory.mktemp("grade")
+    hangs_folder = tmp_path_factory.mktemp("grade-hangs")
+    hangs_env = package_copy(hangs_folder / "installed")
+    hangs_env.pop("MHA_COURSE_CHECK_SEED", None)
+    hangs_path = hangs_folder / "notebooks" / HANGS
+    hangs_path.parent.mkdir()
+    shutil.copy(NOTEBOOKS / HANGS, hangs_path)
+    hangs_out = hangs_folder / "scores.json"
     env = package_copy(folder / "installed")
     env.pop("MHA_COURSE_CHECK_SEED", None)  # every check draws its seed, as for a learner
     notebooks = folder / "notebooks"
@@ -102,17 +113,36 @@ def graded(tmp_path_factory):
     out = folder / "scores.json"
     paths = [notebooks / name for name in [*SHARED, *written]]
     before = {path: path.read_bytes() for path in paths}
+    before[hangs_path] = hangs_path.read_bytes()
     listing = sorted(notebooks.iterdir())
     package_before = sources(folder / "installed" / "mha_course")
-    process = grade_command([*map(str, paths), "--json", str(out), "--timeout", "600", "--cell-timeout",
-                             str(CELL_LIMIT), "--check-timeout", str(CHECK_LIMIT), "--jobs", "3"], folder, env)
-    stdout, stderr = process.communicate(timeout=900)
+    hangs_package_before = sources(hangs_folder / "installed" / "mha_course")
+    hangs = grade_command([str(hangs_path), "--json", str(hangs_out), "--timeout", "600", "--cell-timeout",
+                           str(HANGS_CELL_LIMIT), "--check-timeout", str(HANGS_CHECK_LIMIT)], hangs_folder, hangs_env)
+    try:
+        process = grade_command([*map(str, paths), "--json", str(out), "--timeout", "600", "--cell-timeout",
+                                 str(CELL_LIMIT), "--check-timeout", str(CHECK_LIMIT), "--jobs", "3"], folder, env)
+        try:
+            stdout, stderr = process.communicate(timeout=900)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        hangs_stdout, hangs_stderr = hangs.communicate(timeout=900)
+    finally:
+        if hangs.poll() is None:
+            hangs.kill()
     proc = SimpleNamespace(returncode=process.returncode, stdout=stdout, stderr=stderr)
+    hangs_proc = SimpleNamespace(returncode=hangs.returncode, stdout=hangs_stdout, stderr=hangs_stderr)
     scores = json.loads(out.read_text(encoding="utf-8")) if out.exists() else None
-    by_name = {Path(n["notebook"]).name: n for n in scores["notebooks"]} if scores else {}
+    hangs_scores = json.loads(hangs_out.read_text(encoding="utf-8")) if hangs_out.exists() else None
+    by_name = {Path(n["notebook"]).name: n for n in [*(scores or {}).get("notebooks", []),
+                                                     *(hangs_scores or {}).get("notebooks", [])]}
     return SimpleNamespace(proc=proc, scores=scores, by_name=by_name, before=before, listing=listing, out=out,
-                           notebooks=notebooks, names=[p.name for p in paths],
-                           package_unchanged=sources(folder / "installed" / "mha_course") == package_before)
+                           notebooks=notebooks, names=[p.name for p in paths], hangs_proc=hangs_proc,
+                           hangs_scores=hangs_scores, hangs_notebooks=hangs_path.parent,
+                           package_unchanged=sources(folder / "installed" / "mha_course") == package_before,
+                           hangs_package_unchanged=sources(hangs_folder / "installed" / "mha_course")
+                           == hangs_package_before)
 
 
 def _statuses(notebook: dict) -> dict[str, str]:
@@ -131,11 +161,19 @@ def test_command_succeeds_with_table_json_and_progress_bar(graded):
     reports = [NotebookReport.from_dict(n) for n in graded.scores["notebooks"]]
     assert out == format_report(reports) + f"\nScores written to {graded.out}\n"
     walks = _statuses(graded.by_name["walks_around_the_watch.ipynb"])["1.1"] == "passed"  # out of scope: either
-    assert f"Total: {16 + walks}/52 exercises passed in 14 notebook(s)" in out
-    assert "Grading" in graded.proc.stderr and "14/14" in graded.proc.stderr  # the progress line
-    assert "Task exception" not in graded.proc.stderr  # nbclient's reader of an interrupted cell stays quiet
-    assert graded.scores["score"] == 16 + walks and graded.scores["max_score"] == 52
+    assert f"Total: {14 + walks}/49 exercises passed in 13 notebook(s)" in out
+    assert "Grading" in graded.proc.stderr and "13/13" in graded.proc.stderr  # the progress line
+    assert "Task exception" not in graded.proc.stderr
+    assert graded.scores["score"] == 14 + walks and graded.scores["max_score"] == 49
     assert [Path(n["notebook"]).name for n in graded.scores["notebooks"]] == graded.names
+    # The notebook that never ends, in its run of its own: the same table and JSON, to its end.
+    hangs = graded.hangs_proc
+    assert hangs.returncode == 1, hangs.stderr
+    reports = [NotebookReport.from_dict(n) for n in graded.hangs_scores["notebooks"]]
+    assert [r.notebook for r in reports] == [str(graded.hangs_notebooks / HANGS)]
+    assert "Total: 2/3 exercises passed in 1 notebook(s)" in hangs.stdout
+    assert hangs.stdout == format_report(reports) + f"\nScores written to {graded.hangs_notebooks.parent / 'scores.json'}\n"
+    assert "Task exception" not in hangs.stderr  # nbclient's reader of an interrupted cell stays quiet
 
 
 @POSIX_GRADING
@@ -143,7 +181,9 @@ def test_learners_files_and_the_package_are_untouched(graded):
     for path, content in graded.before.items():
         assert path.read_bytes() == content
     assert sorted(graded.notebooks.iterdir()) == graded.listing  # nothing written next to them
+    assert sorted(graded.hangs_notebooks.iterdir()) == [graded.hangs_notebooks / HANGS]
     assert graded.package_unchanged  # the copy it graded with (the repository's is never involved)
+    assert graded.hangs_package_unchanged
 
 
 @POSIX_GRADING
@@ -211,15 +251,15 @@ def test_exit_is_blamed_on_the_cell_that_called_it(graded):
 
 @POSIX_GRADING
 def test_a_cell_that_never_ends_is_interrupted_and_the_notebook_goes_on(graded):
-    notebook = graded.by_name["hangs.ipynb"]
+    notebook = graded.by_name[HANGS]
     # 1.1 was defined before the endless cell; the answer to 1.2 never returns when called;
     # 1.3 is defined after the endless cell, which was interrupted after its limit.
     assert _statuses(notebook) == {"1.1": "passed", "1.2": "timed out", "1.3": "passed"}
     assert notebook["events"] == [f"timed out: cell 4 (`while True:  # a notebook that never ends`) was still running "
-                                  f"after {CELL_LIMIT} s (the limit for one cell; raise it with --cell-timeout "
+                                  f"after {HANGS_CELL_LIMIT} s (the limit for one cell; raise it with --cell-timeout "
                                   "SECONDS); it was interrupted"]
     assert _line(notebook, "1.2") == (
-        f"✗ 1.2: timed out: causal_attention_forward was still running after {CHECK_LIMIT} s (the limit for "
+        f"✗ 1.2: timed out: causal_attention_forward was still running after {HANGS_CHECK_LIMIT} s (the limit for "
         "checking one answer; raise it with --check-timeout SECONDS)")
 
 
@@ -335,6 +375,9 @@ def test_a_kernel_that_is_not_installed_falls_back_to_python3_with_a_note(graded
 #: side by side once disturbed in one another.
 SEEDED_CHAPTERS = ["02_stacked_heads.ipynb", "03_batched_heads.ipynb", "04_what_heads_cost.ipynb",
                    "06_sharing_keys_and_values.ipynb"]
+#: The chapter graded as a learner may collect it: in a folder without the book's data/ (its cells
+#: that read stored runs then read the package's copy).
+WITHOUT_DATA = "02_stacked_heads.ipynb"
 
 
 @pytest.mark.chapters
@@ -342,9 +385,10 @@ SEEDED_CHAPTERS = ["02_stacked_heads.ipynb", "03_batched_heads.ipynb", "04_what_
 def test_the_instructors_solutions_pass_when_graded_several_at_a_time(tmp_path):
     notebooks = tmp_path / "book"
     shutil.copytree(ROOT / "book" / "data", notebooks / "data")
+    (tmp_path / "inbox").mkdir()
     paths = []
     for name in SEEDED_CHAPTERS:  # every chapter whose checks replay dropout, all at once
-        copy = notebooks / name
+        copy = (tmp_path / "inbox" if name == WITHOUT_DATA else notebooks) / name
         shutil.copy(ROOT / "book" / name, copy)
         paths.append(copy)
     out = tmp_path / "scores.json"
@@ -357,6 +401,7 @@ def test_the_instructors_solutions_pass_when_graded_several_at_a_time(tmp_path):
               if e["status"] != "passed"]
     assert failed == [], failed
     assert len(reports) == len(SEEDED_CHAPTERS) and all(r["events"] == [] for r in reports), [r["events"] for r in reports]
+    assert not (tmp_path / "inbox" / "data").exists()  # the chapter without data/ was graded without it
 
 
 #: Right answers whose names are bound by a call (a decorator applied by hand, functools.partial,

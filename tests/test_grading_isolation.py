@@ -13,7 +13,8 @@ in a later one, exactly the grade they get alone. The attacks:
 * edits_a_library: rewrites ``course_helper`` (installed in a folder made here) to return a wrong mask;
 * forges_frames: writes forged records into every file descriptor of the answer processes (and the
   grader) it can open through ``/proc``, graded beside a victim (``--jobs 2``) so that the victim's
-  answer process runs while it tries.
+  answer process runs while it tries: it keeps at it until the victim is graded (the test then makes
+  the file it waits for), or for four minutes at most.
 
 Everything runs on copies under ``tmp_path``: the attacks are told the test's folders (and a marker
 that keeps them to the test's own processes), never the repository's or the virtual environment's.
@@ -26,6 +27,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -73,17 +75,41 @@ def setup(tmp_path_factory):
     return folder, notebooks, env, marker
 
 
-def grade(folder: Path, notebooks: list[Path], env: dict[str, str], name: str, *options: str) -> dict[str, dict]:
-    """Run the grade command; each notebook's grade: its exercises' (id, status, checks, line) and events."""
-    out = folder / f"{name}.json"
-    process = subprocess.run([sys.executable, "-m", "mha_course", "grade", *map(str, notebooks), "--json", str(out),
-                              "--timeout", "600", "--cell-timeout", "300", "--check-timeout", "120", *options],
-                             cwd=folder, env=env, capture_output=True, text=True, timeout=1800)
-    assert process.returncode in (0, 1), process.stderr  # 1: not every exercise passed
+def grade(folder: Path, notebooks: list[Path], env: dict[str, str], name: str, *options: str,
+          stop: Path | None = None) -> dict[str, dict]:
+    """Run the grade command; each notebook's grade: its exercises' (id, status, checks, line) and events.
+    ``stop``: a file made as soon as the first notebook is graded (its progress line says 1/N)."""
+    out, errors = folder / f"{name}.json", folder / f"{name}.stderr"
+    with errors.open("w", encoding="utf-8") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "mha_course", "grade", *map(str, notebooks), "--json",
+                                    str(out), "--timeout", "600", "--cell-timeout", "300", "--check-timeout", "120",
+                                    *options], cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            deadline = time.monotonic() + 1800
+            while stop and not stop.exists() and process.poll() is None and time.monotonic() < deadline:
+                if f"1/{len(notebooks)}" in errors.read_text(encoding="utf-8", errors="replace"):
+                    stop.touch()
+                time.sleep(0.2)
+            process.wait(timeout=max(1.0, deadline - time.monotonic()))
+        finally:
+            if process.poll() is None:
+                process.kill()
+    assert process.returncode in (0, 1), errors.read_text(encoding="utf-8")  # 1: not every exercise passed
     reports = json.loads(out.read_text(encoding="utf-8"))["notebooks"]
     return {Path(r["notebook"]).name: {"exercises": [(e["id"], e["status"], e["checks_passed"], e["line"])
                                                      for e in r["exercises"]], "events": r["events"]}
             for r in reports}
+
+
+@pytest.fixture(scope="module")
+def alone(setup):
+    """The victims' grades, graded on their own (one run for both tests, before either's attacks)."""
+    folder, notebooks, env, _ = setup
+    grades = grade(folder, [notebooks / name for name in VICTIMS], env, "alone")
+    assert [status for _, status, _, _ in grades["raises.ipynb"]["exercises"]] == ["passed", "failed",
+                                                                                   "not implemented"]
+    assert [status for _, status, _, _ in grades["01_uses_a_library.ipynb"]["exercises"]][0] == "passed"
+    return grades
 
 
 def marked_processes(marker: str) -> list[int]:
@@ -100,13 +126,9 @@ def marked_processes(marker: str) -> list[int]:
 
 @POSIX_GRADING
 @CONFINED
-def test_no_attack_changes_a_later_notebooks_grade_in_the_same_run_or_a_later_one(setup):
+def test_no_attack_changes_a_later_notebooks_grade_in_the_same_run_or_a_later_one(setup, alone):
     folder, notebooks, env, marker = setup
     victims = [notebooks / name for name in VICTIMS]
-    alone = grade(folder, victims, env, "alone")
-    assert [status for _, status, _, _ in alone["raises.ipynb"]["exercises"]] == ["passed", "failed",
-                                                                                  "not implemented"]
-    assert [status for _, status, _, _ in alone["01_uses_a_library.ipynb"]["exercises"]][0] == "passed"
     attacks = [notebooks / name for name in ["daemon_outlives_its_kernel.ipynb", "plants_bytecode.ipynb",
                                              "edits_a_library.ipynb"]]
     attacked = grade(folder, [*attacks, *victims], env, "attacked")
@@ -122,12 +144,15 @@ def test_no_attack_changes_a_later_notebooks_grade_in_the_same_run_or_a_later_on
 
 @POSIX_GRADING
 @CONFINED
-def test_frames_forged_through_proc_reach_no_answer_process(setup):
+def test_frames_forged_through_proc_reach_no_answer_process(setup, alone):
     folder, notebooks, env, marker = setup
     victim = notebooks / "raises.ipynb"
-    alone = grade(folder, [victim], env, "frames-alone")
-    beside = grade(folder, [notebooks / "forges_frames.ipynb", victim], {**env, "MHA_COURSE_TEST_FORGE_SECONDS": "240"},
-                   "frames", "--jobs", "2")
+    # The forgery goes on until the victim is graded (or for 240 s at most): the victim's answer
+    # processes all run while it tries.
+    stop = folder / "forged-enough"
+    beside = grade(folder, [notebooks / "forges_frames.ipynb", victim],
+                   {**env, "MHA_COURSE_TEST_FORGE_SECONDS": "240", "MHA_COURSE_TEST_FORGE_STOP": str(stop)},
+                   "frames", "--jobs", "2", stop=stop)
     assert beside["raises.ipynb"] == alone["raises.ipynb"]
     assert marked_processes(marker) == []
 
