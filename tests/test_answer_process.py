@@ -15,6 +15,7 @@ import multiprocessing.connection
 import multiprocessing.reduction
 import os
 import pickle
+import sys
 import threading
 import time
 from pathlib import Path
@@ -25,7 +26,8 @@ from conftest import POSIX_GRADING, on_a_thread, process_running
 from mha_course.exercises.framework import ERROR
 from mha_course.grading import answer_process
 from mha_course.grading.answer_process import RECORD, TIMED_OUT, AnswerProcess, answer_records
-from mha_course.grading.confinement import holders
+from mha_course.grading import confinement
+from mha_course.grading.confinement import TOKEN_VARIABLE, holders
 
 pytestmark = POSIX_GRADING
 
@@ -262,3 +264,29 @@ def test_the_answer_processs_end_of_the_socket_cannot_be_opened_through_proc(sta
                 os.open(fd, os.O_WRONLY | os.O_NONBLOCK)
     finally:
         process.close()
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork() in a process with threads: the children only sleep and exec
+def test_a_process_forked_to_start_a_program_is_not_taken_for_an_orphan_but_one_that_stays_a_copy_is():
+    # A child of this process that still runs its command and has no token yet, as a kernel has
+    # between fork and exec (on another thread of the grader), is given time to start its program.
+    starting = os.fork()
+    if starting == 0:
+        try:
+            time.sleep(0.3)
+            os.execve(sys.executable, [sys.executable, "-c", "import time; time.sleep(60)"],
+                      {**os.environ, TOKEN_VARIABLE: "orphan-test"})
+        finally:
+            os._exit(1)
+    lingering = os.fork()
+    if lingering == 0:
+        time.sleep(60)
+        os._exit(0)
+    try:
+        found = confinement._orphans(grace=5.0)
+        assert starting not in found, "a child about to start its program was taken for an orphan"
+        assert lingering in found, "a tokenless copy of the grader that never started a program was spared"
+    finally:
+        for pid in (starting, lingering):
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)

@@ -169,16 +169,38 @@ def holders(token: str) -> list[int]:
     return [pid for pid in _processes() if pid != mine and marker in (_environment(pid) or b"").split(b"\0")]
 
 
-def _orphans() -> list[int]:
+def _command(pid: int) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            return file.read()
+    except OSError:
+        return None
+
+
+def _orphans(grace: float = 2.0) -> list[int]:
     """Processes handed to this one when their parent died (see :func:`adopt_orphans`) that carry no
-    token: a notebook's process that started again without its environment."""
+    token: a notebook's process that started again without its environment.
+
+    A process this one has just forked to start a program (a kernel, on another thread) carries no
+    token either until it starts that program: one that still runs this process's own command is
+    given ``grace`` seconds to become something else before it counts."""
     mine = os.getpid()
-    found = []
-    for pid in _processes():
+    marker = f"{TOKEN_VARIABLE}=".encode()
+
+    def tokenless(pid: int) -> bool:
         environment = _environment(pid) if _parent(pid) == mine else None  # (None for a zombie)
-        if environment is not None and f"{TOKEN_VARIABLE}=".encode() not in environment:
-            found.append(pid)
-    return found
+        return environment is not None and marker not in environment
+
+    own = _command(mine)
+    found, starting = [], []
+    for pid in _processes():
+        if tokenless(pid):
+            (starting if _command(pid) == own else found).append(pid)
+    deadline = time.monotonic() + grace
+    while starting and time.monotonic() < deadline:
+        time.sleep(0.01)
+        starting = [pid for pid in starting if tokenless(pid) and _command(pid) == own]
+    return found + starting
 
 
 def sweep(token: str, orphans: bool = False, rounds: int = 200) -> list[int]:
