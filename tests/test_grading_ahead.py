@@ -5,7 +5,8 @@ The notebooks here say what their kernel found by raising: a first cell that fin
 already raises, and so would one that finds a name the warm-up left. Graded in a row after one that
 cannot be read, the first notebook's kernel started at its turn (nothing imported), the second's
 ahead of it (torch and the checks imported, no name left); both are scored as usual. A grading's
-kernel builds figures but draws none, and a kernel started ahead and never run is ended with its grading.
+kernel builds figures but draws none, and PyTorch computes on one thread there. A kernel started
+ahead and never run is ended with its grading.
 """
 
 from __future__ import annotations
@@ -76,9 +77,11 @@ def test_a_kernel_started_ahead_and_never_run_is_ended_with_its_grading(tmp_path
     assert not folder.exists()
 
 
-def test_a_kernel_started_ahead_builds_figures_but_draws_none(tmp_path):
+def test_a_kernel_started_ahead_builds_figures_but_draws_none_on_one_thread(tmp_path, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the grader's own setting would be kept
     path = tmp_path / "figure.ipynb"
-    cells = [*CELLS[2:], "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([0, 1, 0])\nfig",
+    cells = [*CELLS[2:], "assert torch.get_num_threads() == 1, 'torch computes on several threads'",
+             "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([0, 1, 0])\nfig",
              "ax.plot([0, 1, 0], made_up_argument=1)"]
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), path)
     grading = NotebookGrading.prepare(path, new_report(path, 1), PackageSnapshot(), None, (600, 300, 120))
@@ -90,3 +93,4 @@ def test_a_kernel_started_ahead_builds_figures_but_draws_none(tmp_path):
     assert any("Figure size" in output.get("data", {}).get("text/plain", "") for output in figure.outputs)
     # the figure's code still runs: a mistake in it is reported
     assert any("made_up_argument" in event for event in grading.report.events), grading.report.events
+    assert not any("several threads" in event for event in grading.report.events), grading.report.events

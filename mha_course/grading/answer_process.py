@@ -49,7 +49,7 @@ import time
 from pathlib import Path
 
 from ..exercises.framework import ERROR
-from .grading_setup import raise_it
+from .grading_setup import ONE_THREAD, raise_it
 from .notebook_run import first_line, seconds
 from .confinement import TOKEN_VARIABLE, sweep
 from .package_files import PackageSnapshot, site_folders
@@ -187,7 +187,7 @@ class AnswerProcess(Answering):
         # user through /proc/<pid>/fd/<n>, a socket's cannot.
         mine, theirs = multiprocessing.Pipe(duplex=True)
         self.stderr = tempfile.TemporaryFile(dir=folder)
-        env = {**os.environ, TOKEN_VARIABLE: token, "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": str(folder)}
+        env = {**ONE_THREAD, **os.environ, TOKEN_VARIABLE: token, "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": str(folder)}
         # -S: no .pth file of site-packages runs here (a notebook may have written one); the
         # site folders are put on the path as they are. A session of its own: close() kills
         # whatever the notebook's code started there too.

@@ -54,6 +54,7 @@ from pathlib import Path
 
 from .answer_process import Answering
 from .confinement import TOKEN_VARIABLE
+from .grading_setup import ONE_THREAD
 from .package_files import PackageSnapshot, site_folders
 
 #: The value of the token variable in the server's environment: room for any fork's token.
@@ -158,7 +159,7 @@ class AnswerServer:
         self.package = snapshot.write_copy(folder / "package")
         self.log = tempfile.TemporaryFile(dir=folder)
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = {**os.environ, TOKEN_VARIABLE: PLACEHOLDER, "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {**ONE_THREAD, **os.environ, TOKEN_VARIABLE: PLACEHOLDER, "PYTHONDONTWRITEBYTECODE": "1"}
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-B", "-c", self.BOOT, str(theirs.fileno()), str(self.package),

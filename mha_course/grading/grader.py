@@ -34,10 +34,13 @@ For each notebook the grader
 A notebook's kernel runs its figures' code but draws none (``MPLBACKEND=agg``): the grader shows no
 figure, and drawing one takes longer than building it.
 
-Notebooks graded one after another overlap: once a notebook's kernel has started, the next
-notebook's kernel is started too (laid out, confined and given its token as any kernel), and imports
-torch, matplotlib, the package's figures and its checks while this one runs. It runs none of its
-notebook's code before its turn. Each report's ``seconds`` count from the notebook's turn.
+Notebooks graded one after another overlap. Once a notebook's kernel has started, the next
+notebook's kernel is started too (laid out, confined and given its token as any kernel): it imports
+torch, matplotlib, the package's figures and its checks while this one runs, and runs none of its
+notebook's code before its turn. And a notebook's answers are checked while the next notebook runs:
+its own kernel, and every process that kernel started, are ended by then. Each report's ``seconds``
+count from the notebook's turn to its verdict. Where Landlock keeps each notebook's processes apart
+(:mod:`mha_course.grading.confinement`), no notebook can reach the other's processes.
 
 Cells are named by their number, counting every cell from the top (Markdown included), and by
 their first line, as in ``cell 7 (`ratio = 1 / 0`)``. Grading needs Linux or macOS (WSL on
@@ -71,7 +74,7 @@ from .answer_probing import replayed_names
 from .confinement import TOKEN_VARIABLE, sweep
 from ..exercises.definitions import defined_names
 from ..exercises.framework import ERROR, MISSING, NOT_IMPLEMENTED
-from .grading_setup import (CELL_TIMEOUT, CHECK_TIMEOUT, NOTEBOOK_TIMEOUT, GradingUnavailableError,
+from .grading_setup import (CELL_TIMEOUT, CHECK_TIMEOUT, NOTEBOOK_TIMEOUT, ONE_THREAD, GradingUnavailableError,
                             require_grading_platform)
 from ..notebook_files import DATA_FOLDER, data_files
 from .notebook_run import NotebookRun, cell_name, first_line, python_source
@@ -211,7 +214,7 @@ class NotebookGrading:
                                self.report.events, launcher)
         # The kernel finds the private copy first, and not the installed package's folder at all.
         self.inherited = inherited_path(self.snapshot)
-        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(self.package), *self.inherited]),
+        self.env = {**ONE_THREAD, **os.environ, "PYTHONPATH": os.pathsep.join([str(self.package), *self.inherited]),
                     "PYTHONDONTWRITEBYTECODE": "1", TOKEN_VARIABLE: self.token, "TMPDIR": str(self.scratch),
                     "IPYTHONDIR": str(self.scratch / "ipython"),
                     # Figures are built but not drawn: the grader shows none, and drawing one takes longer.
@@ -226,14 +229,29 @@ class NotebookGrading:
     def grade(self) -> None:
         """Run the notebook and judge it, into the report; then end every process of its grading
         and delete its folder."""
-        self.key = key = self.watch.start()
+        self.run_kernel()
+        self.judge()
+
+    def run_kernel(self) -> None:
+        """Run the notebook in its kernel, then end every process that carries its token."""
+        self.key = self.watch.start()
         self.environment = environment_files()  # .pth files and the like, as the notebook finds them
+        try:
+            self.started = self._run()
+        except BaseException:
+            self.close()
+            self.watch.finish(self.key)
+            raise
+
+    def judge(self) -> None:
+        """Find the answers and judge them, into the report; then end every process of this grading
+        and delete its folder."""
         withheld = False
         try:
-            withheld = self._run_and_judge(self.scratch)
+            withheld = self._judge()
         finally:
             self.close()
-            edited = self.watch.finish(key)
+            edited = self.watch.finish(self.key)
         if edited and not withheld:
             withhold(self.report, self.exercise_ids, installed_edit(edited))
 
@@ -244,9 +262,8 @@ class NotebookGrading:
         sweep(self.token, orphans=self.orphans)
         shutil.rmtree(self.folder, ignore_errors=True)
 
-    def _run_and_judge(self, scratch: Path) -> bool:
-        report, exercise_ids, snapshot = self.report, self.exercise_ids, self.snapshot
-        inherited = self.inherited
+    def _run(self) -> bool:
+        """Run the notebook; True if its kernel started."""
         started = False
         try:
             # The kernel's own log lines (e.g. its warning about TCP transport) would clutter the table.
@@ -257,13 +274,18 @@ class NotebookGrading:
                 self.run.run_notebook(self.timeout, self.cell_timeout)
         except Exception as error:  # the kernel would not start, or died on shutdown
             if not started:
-                report.events.append(f"the notebook could not be run: {type(error).__name__}: "
-                                     f"{first_line(str(error))}")
+                self.report.events.append(f"the notebook could not be run: {type(error).__name__}: "
+                                          f"{first_line(str(error))}")
         # Nothing the notebook started runs on once its kernel is gone: not while its answers are
         # checked, nor while the next notebook is graded.
         sweep(self.token, orphans=self.orphans)
+        return started
+
+    def _judge(self) -> bool:
+        """Judge the notebook that ran; True if its score was withheld."""
+        report, exercise_ids, snapshot, inherited = self.report, self.exercise_ids, self.snapshot, self.inherited
         printed = printed_verdicts(self.run.notebook)
-        if not started:
+        if not self.started:
             not_checked(report, exercise_ids)
             return False
         copy = snapshot.changed_in(self.package)
@@ -340,10 +362,11 @@ def grade(paths: list[Path], timeout: float = NOTEBOOK_TIMEOUT, check_timeout: f
 
 def _one_after_another(paths: list[Path], snapshot: PackageSnapshot, watch: EditWatch,
                        limits: tuple[float, float, float], seed: int | None, orphans: bool, server):
-    """Grade the notebooks one at a time, yielding each report as it is done. Once a notebook's
-    kernel has started, the next notebook's is started too, so that it imports torch and the checks
-    while this one runs (a kernel holds nothing of a notebook before its turn). Each report's
-    ``seconds`` count from the notebook's turn."""
+    """Grade the notebooks one at a time, yielding each report as it is done. The gradings overlap
+    where no notebook's code can reach another's processes but through the system (see the module's
+    text): once a notebook's kernel has started, the next notebook's is started too, so that it
+    imports torch and the checks meanwhile; and a notebook's answers are checked while the next one
+    runs. Each report's ``seconds`` count from the notebook's turn to its verdict."""
     ahead: dict[int, tuple[NotebookReport, NotebookGrading | None]] = {}
 
     def prepare(index: int) -> tuple[NotebookReport, NotebookGrading | None]:
@@ -361,19 +384,36 @@ def _one_after_another(paths: list[Path], snapshot: PackageSnapshot, watch: Edit
                 if grading:
                     grading.close()
 
-    try:
-        for index in range(len(paths)):
-            started = time.monotonic()
-            report, grading = ahead.pop(index) if index in ahead else prepare(index)
-            if grading:
-                grading.server, grading.then = server, lambda after=index + 1: start_next(after)
-                grading.grade()
-            report.seconds = time.monotonic() - started
-            yield report
-    finally:
-        for _, grading in ahead.values():
-            if grading:
-                grading.close()
+    def judged(report: NotebookReport, judging, started: float) -> NotebookReport:
+        ended = judging.result() if judging else time.monotonic()  # its error, if any, is raised here
+        report.seconds = ended - started
+        return report
+
+    def judge_it(grading: NotebookGrading) -> float:
+        grading.judge()
+        return time.monotonic()
+
+    previous = None  # the report, the judging (a future) and the turn of the notebook before
+    with ThreadPoolExecutor(max_workers=1) as judge:
+        try:
+            for index in range(len(paths)):
+                started = time.monotonic()
+                report, grading = ahead.pop(index) if index in ahead else prepare(index)
+                if grading:
+                    grading.server, grading.then = server, lambda after=index + 1: start_next(after)
+                    grading.run_kernel()
+                if previous:
+                    yield judged(*previous)
+                previous = (report, judge.submit(judge_it, grading) if grading else None, started)
+            if previous:
+                yield judged(*previous)
+                previous = None
+        finally:
+            if previous and previous[1]:
+                previous[1].result()
+            for _, grading in ahead.values():
+                if grading:
+                    grading.close()
 
 
 __all__ = ["grade", "grade_notebook", "format_report", "cell_name", "exercises_for", "NotebookReport", "ExerciseScore",

@@ -30,6 +30,11 @@ import sys
 NOTEBOOK_TIMEOUT = 120.0
 CELL_TIMEOUT = 30.0
 CHECK_TIMEOUT = 30.0
+#: The environment every process of a grading starts with, unless the grader's own environment says
+#: otherwise: PyTorch computes on one thread. Grading runs several processes at once (a kernel, the
+#: next notebook's, an answer process), and threads of one waiting for those of another cost more
+#: processor time than the small tensors of the notebooks gain.
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
 
 def raise_it(flag: str) -> str:
@@ -79,5 +84,5 @@ def require_grading_platform() -> None:
         raise GradingUnavailableError(problem)
 
 
-__all__ = ["NOTEBOOK_TIMEOUT", "CELL_TIMEOUT", "CHECK_TIMEOUT", "raise_it", "limit_errors", "missing_platform_pieces",
+__all__ = ["NOTEBOOK_TIMEOUT", "CELL_TIMEOUT", "CHECK_TIMEOUT", "ONE_THREAD", "raise_it", "limit_errors", "missing_platform_pieces",
            "platform_problem", "GradingUnavailableError", "require_grading_platform"]
