@@ -59,7 +59,7 @@ pages:
 # tests need chromium: as root (CI) it is installed when missing, otherwise they are skipped.
 # pytest runs on two workers (pytest-xdist), a file at a time on one worker, so that a notebook's
 # cells, a browser session and the grader's shared run each stay in one process.
-# About five minutes on a quiet two-core AMD EPYC with AVX-512, nearly all of it work for both cores;
+# About eight minutes on a two-core AMD EPYC with AVX-512, nearly all of it work for both cores;
 # longer on a slower processor (README, CONTRIBUTING.md).
 test: $(STAMP)
 	@if command -v chromium >/dev/null 2>&1; then :; \
