@@ -280,4 +280,5 @@ def answer_records(snapshot: PackageSnapshot, folder: Path, cells: list[tuple[in
     return results
 
 
-__all__ = ["Answering", "AnswerProcess", "Frames", "answer_records", "ANSWER_PROCESS_START", "TIMED_OUT", "RECORD", "TAMPERED"]
+__all__ = ["Answering", "AnswerProcess", "Frames", "answer_records", "ANSWER_PROCESS_START", "TIMED_OUT", "RECORD",
+           "TAMPERED"]

@@ -20,7 +20,8 @@ For each notebook the grader
    (:mod:`mha_course.grading.answer_process`, which runs :mod:`mha_course.grading.answer_probing`),
    against another private copy of the package. On Linux that process is forked from the grading's
    answer server, which imported torch and the checks from the snapshot before any notebook ran and
-   never runs a notebook's code (:mod:`mha_course.grading.answer_server`). The process replays only the statements of the cells that
+   never runs a notebook's code (:mod:`mha_course.grading.answer_server`). The process replays only
+   the statements of the cells that
    ran which define names (imports, ``def``, ``class``, plain assignments, the assignments of what
    those definitions read, every assignment to an answer's name; see
    :mod:`mha_course.exercises.definitions`), probes each answer by its name
@@ -111,7 +112,8 @@ def grade_notebook(path: Path, timeout: float = NOTEBOOK_TIMEOUT, check_timeout:
     if grading is None:
         return report
     # A notebook with no exercise to check needs no answer server.
-    with contextlib.nullcontext(server) if server or not grading.exercise_ids else answer_server(grading.snapshot) as own:
+    needed = server is None and grading.exercise_ids
+    with answer_server(grading.snapshot) if needed else contextlib.nullcontext(server) as own:
         grading.server = own
         grading.grade()
     report.seconds = time.monotonic() - started

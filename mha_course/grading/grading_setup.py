@@ -84,5 +84,6 @@ def require_grading_platform() -> None:
         raise GradingUnavailableError(problem)
 
 
-__all__ = ["NOTEBOOK_TIMEOUT", "CELL_TIMEOUT", "CHECK_TIMEOUT", "ONE_THREAD", "raise_it", "limit_errors", "missing_platform_pieces",
+__all__ = ["NOTEBOOK_TIMEOUT", "CELL_TIMEOUT", "CHECK_TIMEOUT", "ONE_THREAD", "raise_it", "limit_errors",
+           "missing_platform_pieces",
            "platform_problem", "GradingUnavailableError", "require_grading_platform"]
