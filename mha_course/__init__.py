@@ -18,8 +18,10 @@ teaching order:
 
 ``check("1.1", answer)`` grades a learner's answer to an exercise (see :mod:`mha_course.exercises`).
 
-Importing the package loads the core (the attention modules and what they share) and the example
-data, nothing else: the teaching aids (:mod:`~mha_course.cost`, :mod:`~mha_course.plots`,
+The attention modules live in :mod:`mha_course.attention`, the conversions from torch's and
+transformers' layers in :mod:`mha_course.convert`, and the teaching aids and tools beside them.
+Importing the package loads the core (those two subpackages and :mod:`~mha_course.device`) and the
+example data, nothing else: the teaching aids (:mod:`~mha_course.cost`, :mod:`~mha_course.plots`,
 :mod:`~mha_course.compare`, ...) load when a chapter imports them, and the tools
 (:mod:`~mha_course.exercises`, :mod:`~mha_course.bench`, :mod:`~mha_course.experiments`) when they
 are used: ``check`` is imported on first use.
@@ -28,20 +30,37 @@ are used: ``check`` is imported on first use.
 from typing import TYPE_CHECKING
 
 
-from .causal_attention import CausalAttention
+from .attention import (
+    CausalAttention,
+    FastMultiHeadAttention,
+    GroupedQueryAttention,
+    KVCache,
+    MultiHeadAttention,
+    MultiHeadAttentionWrapper,
+    RotaryEmbedding,
+    TiledMultiHeadAttention,
+    causal_mask,
+    merge_heads,
+    rotate_half,
+    split_heads,
+    stack_qkv,
+    tiled_attention,
+    transfer_weights,
+    unstack_qkv,
+    visibility,
+    with_padding,
+)
+from .convert import (
+    UnsupportedConfigError,
+    from_gpt2_attention,
+    from_llama_attention,
+    from_torch_multihead,
+    sdpa_forward,
+    to_torch_multihead,
+    torch_multihead_forward,
+)
 from .data import RUNNING_WORDS, THREE_TOKEN_LABELS, random_batch, running_example, three_token_example
 from .device import DEVICE_ENV_VAR, get_device
-from .fast import FastMultiHeadAttention
-from .grouped_query import GroupedQueryAttention
-from .heads import merge_heads, split_heads, stack_qkv, unstack_qkv
-from .interop import from_torch_multihead, sdpa_forward, to_torch_multihead, torch_multihead_forward
-from .kv_cache import KVCache
-from .masking import causal_mask, visibility, with_padding
-from .multihead import MultiHeadAttention, transfer_weights
-from .rotary import RotaryEmbedding, rotate_half
-from .transformers_interop import UnsupportedConfigError, from_gpt2_attention, from_llama_attention
-from .tiled import TiledMultiHeadAttention, tiled_attention
-from .wrapper import MultiHeadAttentionWrapper
 
 if TYPE_CHECKING:
     from .exercises import check

@@ -24,16 +24,16 @@ from typing import Mapping, Sequence
 import torch
 from torch import nn
 
-from ._validation import validate_input, validate_positive_int
-from .causal_attention import CausalAttention
+from .attention._validation import validate_input, validate_positive_int
+from .attention.causal_attention import CausalAttention
 from .cost import (HEAD_WIDTH_FIXED, REGIME_LABELS, REGIMES, cost_by_heads, count_parameters, multiply_adds,
                    validate_regime)
 from .data import random_batch
 from .implementations import IMPLEMENTATIONS, build_implementations, validate_names
-from .multihead import MultiHeadAttention
+from .attention.multihead import MultiHeadAttention
 from .tables import Table
 from .timing import Timing, time_interleaved
-from .wrapper import MultiHeadAttentionWrapper
+from .attention.wrapper import MultiHeadAttentionWrapper
 
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from ._validation import validate_divisible, validate_kv_groups, validate_non_negative_int, validate_positive_int
+from .attention._validation import validate_divisible, validate_kv_groups, validate_non_negative_int, validate_positive_int
 
 #: The stages the formulas know: one head, stacked heads, batched heads.
 KINDS = ("causal", "wrapper", "batched")

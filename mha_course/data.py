@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ._validation import validate_positive_int
+from .attention._validation import validate_positive_int
 
 #: The six words of the running example, in order.
 RUNNING_WORDS = ("Your", "journey", "starts", "with", "one", "step")

@@ -30,11 +30,11 @@ from typing import Callable, Iterable
 import torch
 from torch import nn
 
-from .fast import FastMultiHeadAttention
-from .interop import sdpa_forward, to_torch_multihead
-from .masking import causal_mask
-from .multihead import MultiHeadAttention
-from .wrapper import MultiHeadAttentionWrapper
+from .attention.fast import FastMultiHeadAttention
+from .convert.pytorch import sdpa_forward, to_torch_multihead
+from .attention.masking import causal_mask
+from .attention.multihead import MultiHeadAttention
+from .attention.wrapper import MultiHeadAttentionWrapper
 
 
 class NotApplicable(Exception):

@@ -32,7 +32,7 @@ from typing import Callable, Mapping
 import torch
 from torch.utils import benchmark
 
-from ._validation import validate_positive_int
+from .attention._validation import validate_positive_int
 
 #: A call at least this slow (seconds) is timed once per round instead of in blocks.
 SLOW_CALL_S = 1.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from mha_course import tiled
+from mha_course.attention import tiled
 
 # ----------------------------------------------------------------------------------------------
 # 7.1
@@ -156,7 +156,7 @@ def _diagonal_always_cut(q_start, k_start, block_size, num_tokens):
 
 
 def _tile_kind_by_the_package(q_start, k_start, block_size, num_tokens):
-    from mha_course.tiled import tile_kind as package_tile_kind
+    from mha_course.attention.tiled import tile_kind as package_tile_kind
 
     return package_tile_kind(q_start, k_start, block_size, num_tokens)
 

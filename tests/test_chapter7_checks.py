@@ -16,7 +16,7 @@ from chapter7_answers import WRONG
 from mha_course.exercises import run_check
 from mha_course.exercises import chapter7
 from mha_course.exercises.framework import SEED_ENV_VAR
-from mha_course.tiled import tile_kind
+from mha_course.attention.tiled import tile_kind
 from test_checks_over_seeds import SEEDS
 
 

@@ -23,11 +23,11 @@ from book_pages import CODE_COLUMN, DOCNAMES, markdown_of, source_of
 
 #: The class each chapter teaches, and the methods of it that the page must show in full.
 TAUGHT = {
-    "book/01_one_causal_head": ("../mha_course/causal_attention.py", "CausalAttention", ("__init__", "forward")),
-    "book/02_stacked_heads": ("../mha_course/wrapper.py", "MultiHeadAttentionWrapper", ("__init__", "forward")),
-    "book/03_batched_heads": ("../mha_course/multihead.py", "MultiHeadAttention", ("__init__", "forward")),
-    "book/04_what_heads_cost": ("../mha_course/fast.py", "FastMultiHeadAttention", ("__init__", "forward")),
-    "book/06_sharing_keys_and_values": ("../mha_course/grouped_query.py", "GroupedQueryAttention", ("forward",)),
+    "book/01_one_causal_head": ("../mha_course/attention/causal_attention.py", "CausalAttention", ("__init__", "forward")),
+    "book/02_stacked_heads": ("../mha_course/attention/wrapper.py", "MultiHeadAttentionWrapper", ("__init__", "forward")),
+    "book/03_batched_heads": ("../mha_course/attention/multihead.py", "MultiHeadAttention", ("__init__", "forward")),
+    "book/04_what_heads_cost": ("../mha_course/attention/fast.py", "FastMultiHeadAttention", ("__init__", "forward")),
+    "book/06_sharing_keys_and_values": ("../mha_course/attention/grouped_query.py", "GroupedQueryAttention", ("forward",)),
 }
 
 #: The longest listing a page may show, comments included: a class a learner can hold in mind.
@@ -156,19 +156,19 @@ CHAPTER_3_MAX_LISTING_LINES = 46
 def _chapter_3_listing() -> str:
     docname = "book/03_batched_heads"
     found = [options for path, options in _listings(docname)
-             if path == "../mha_course/multihead.py" and options.get("pyobject") == "MultiHeadAttention"]
+             if path == "../mha_course/attention/multihead.py" and options.get("pyobject") == "MultiHeadAttention"]
     assert len(found) == 1, f"{docname}: expected one listing of MultiHeadAttention, found {len(found)}"
-    return _read(docname, "../mha_course/multihead.py", found[0])
+    return _read(docname, "../mha_course/attention/multihead.py", found[0])
 
 
 def test_chapter_3_shows_multihead_attention_as_one_listing_whose_forward_calls_no_package_helper():
     """Every line ``forward`` runs is on the page: it calls no function of the package (the split and
     the merge are written out), and the checks sit in decorators outside its body."""
-    from mha_course import multihead
+    from mha_course.attention import multihead
 
     listing = _chapter_3_listing().splitlines()
     assert len(listing) <= CHAPTER_3_MAX_LISTING_LINES, f"the listing is {len(listing)} lines"
-    source = (source_of("book/03_batched_heads").parent / "../mha_course/multihead.py").read_text(encoding="utf-8")
+    source = (source_of("book/03_batched_heads").parent / "../mha_course/attention/multihead.py").read_text(encoding="utf-8")
     tree = ast.parse(source)
     package_names = {alias.asname or alias.name for node in tree.body if isinstance(node, ast.ImportFrom)
                      and node.level > 0 for alias in node.names}

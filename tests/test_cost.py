@@ -223,7 +223,7 @@ def test_cache_formulas_reject_bad_arguments():
 
 def test_causal_block_share_counts_the_tiles_the_loop_computes():
     from mha_course.cost import causal_block_share, torch_cpu_flash_blocks
-    from mha_course.tiled import SKIPPED, tile_kind
+    from mha_course.attention.tiled import SKIPPED, tile_kind
 
     for tokens, block in ((10, 4), (16, 4), (7, 7), (9, 1), (100, 32)):
         starts = range(0, tokens, block)

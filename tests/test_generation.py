@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mha_course.generation import TinyDecoder, generate, left_pad
+from mha_course.attention.generation import TinyDecoder, generate, left_pad
 
 PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3]]
 

@@ -319,8 +319,8 @@ def test_an_edit_and_a_new_module_saved_while_grading_runs_are_kept(tmp_path):
             time.sleep(0.1)
             waited += 0.1
         assert running, process.communicate()[1]
-        edited = (package / "heads.py").read_text(encoding="utf-8") + "\n# A contributor's edit, saved while grading.\n"
-        (package / "heads.py").write_text(edited, encoding="utf-8")
+        edited = (package / "attention" / "heads.py").read_text(encoding="utf-8") + "\n# A contributor's edit, saved while grading.\n"
+        (package / "attention" / "heads.py").write_text(edited, encoding="utf-8")
         (package / "new_module.py").write_text("NEW = True\n", encoding="utf-8")
         (signals / "saved").touch()
         _, stderr = process.communicate(timeout=900)
@@ -328,13 +328,13 @@ def test_an_edit_and_a_new_module_saved_while_grading_runs_are_kept(tmp_path):
         if process.poll() is None:
             process.kill()
     assert process.returncode == 1, stderr  # the notebook was not scored
-    assert (package / "heads.py").read_text(encoding="utf-8") == edited
+    assert (package / "attention" / "heads.py").read_text(encoding="utf-8") == edited
     assert (package / "new_module.py").read_text(encoding="utf-8") == "NEW = True\n"
     [report] = json.loads(out.read_text(encoding="utf-8"))["notebooks"]
     assert set(_statuses(report).values()) == {"not scored"}
     [event] = report["events"]
     assert event.startswith("not scored: the package's installed files changed while this notebook ran "
-                            "(heads.py, new_module.py). The grader never writes into them")
+                            "(attention/heads.py, new_module.py). The grader never writes into them")
 
 
 @POSIX_GRADING
@@ -408,7 +408,7 @@ def test_the_instructors_solutions_pass_when_graded_several_at_a_time(tmp_path):
 #: lru_cache over a name the notebook first imported from the package), and a lambda that reads a
 #: constant computed by a call: the grader judges what the notebook bound to each name.
 HONEST_BINDINGS = [
-    "import functools\nimport torch\nfrom mha_course import check\nfrom mha_course.tiled import tile_kind",
+    "import functools\nimport torch\nfrom mha_course import check\nfrom mha_course.attention.tiled import tile_kind",
     "def _update(row_max, row_sum, acc, scores, values):\n"
     "    new_max = torch.maximum(row_max, scores.max(dim=-1, keepdim=True).values)\n"
     "    weights, rescale = torch.exp(scores - new_max), torch.exp(row_max - new_max)\n"

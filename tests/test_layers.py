@@ -115,16 +115,16 @@ def test_imports_respect_the_layers(path):
 def test_the_contract_catches_a_bad_import(tmp_path, monkeypatch):
     """The check itself: a core module importing an aid, and an aid importing a tool, are both caught."""
     fake = tmp_path / "mha_course"
-    for name in ("masking", "cost", "bench/__init__", "bench/run", "__init__"):
+    for name in ("attention/masking", "cost", "bench/__init__", "bench/run", "__init__"):
         (fake / f"{name}.py").parent.mkdir(parents=True, exist_ok=True)
-    (fake / "masking.py").write_text("from .cost import KINDS\n", encoding="utf-8")
+    (fake / "attention" / "masking.py").write_text("from ..cost import KINDS\n", encoding="utf-8")
     (fake / "cost.py").write_text("def f():\n    from .bench import run  # lazily, still a violation\n", encoding="utf-8")
     (fake / "bench" / "__init__.py").write_text("", encoding="utf-8")
-    (fake / "bench" / "run.py").write_text("from ..cost import KINDS\nfrom .. import masking\n", encoding="utf-8")
-    (fake / "__init__.py").write_text("from .masking import x\ndef __getattr__(name):\n    from .bench import run\n", encoding="utf-8")
+    (fake / "bench" / "run.py").write_text("from ..cost import KINDS\nfrom ..attention import masking\n", encoding="utf-8")
+    (fake / "__init__.py").write_text("from .attention.masking import x\ndef __getattr__(name):\n    from .bench import run\n", encoding="utf-8")
     monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
-    assert violations(fake / "masking.py") == [
-        "mha_course/masking.py:1: mha_course.masking (core) imports mha_course.cost (aids)"]
+    assert violations(fake / "attention" / "masking.py") == [
+        "mha_course/attention/masking.py:1: mha_course.attention.masking (core) imports mha_course.cost (aids)"]
     assert violations(fake / "cost.py") == [
         "mha_course/cost.py:2: mha_course.cost (aids) imports mha_course.bench.run (tools)"]
     assert violations(fake / "bench" / "run.py") == []  # a tool may import the core and the aids
@@ -189,15 +189,15 @@ def test_the_circle_check_catches_a_planted_circle(tmp_path, monkeypatch):
     """The check itself: the circles the package once had, planted in a copy, are found; a chain is not."""
     fake = tmp_path / "mha_course"
     files = {
-        "__init__": "from .multihead import MultiHeadAttention\nfrom .fast import FastMultiHeadAttention\n",
-        "multihead": "def from_fast(fast):\n    from .fast import FastMultiHeadAttention  # lazily: still a circle\n",
-        "fast": "from .multihead import MultiHeadAttention\n",
-        "masking": "",
+        "__init__": "from .attention.multihead import MultiHeadAttention\nfrom .attention.fast import FastMultiHeadAttention\n",
+        "attention/multihead": "def from_fast(fast):\n    from .fast import FastMultiHeadAttention  # lazily: still a circle\n",
+        "attention/fast": "from .multihead import MultiHeadAttention\n",
+        "attention/masking": "",
         "bench/__init__": "from .run import run\n",
         "bench/results": "def write():\n    from .plots import save_plot\n",
         "bench/plots": "from .results import lookup\ndef plot():\n    from .decode import decode_rows\n",
         "bench/decode": "from .results import select\nfrom .run import observed_run\n",
-        "bench/run": "from .results import add_ratios\nfrom ..masking import causal_mask\n",
+        "bench/run": "from .results import add_ratios\nfrom ..attention.masking import causal_mask\n",
     }
     for name, text in files.items():
         (fake / f"{name}.py").parent.mkdir(parents=True, exist_ok=True)
@@ -205,10 +205,10 @@ def test_the_circle_check_catches_a_planted_circle(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
     paths = sorted(fake.rglob("*.py"))
     assert import_cycles(import_graph(paths)) == [
+        ["mha_course.attention.fast", "mha_course.attention.multihead"],
         ["mha_course.bench.decode", "mha_course.bench.plots", "mha_course.bench.results", "mha_course.bench.run"],
-        ["mha_course.fast", "mha_course.multihead"],
     ]
-    (fake / "multihead.py").write_text("", encoding="utf-8")  # the conversion moved out
+    (fake / "attention" / "multihead.py").write_text("", encoding="utf-8")  # the conversion moved out
     (fake / "bench" / "results.py").write_text("", encoding="utf-8")  # writing files moved out
     assert import_cycles(import_graph(paths)) == []
 def test_the_contract_keeps_the_checks_grading_and_the_edition_apart(tmp_path, monkeypatch):

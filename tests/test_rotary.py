@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mha_course import GroupedQueryAttention, KVCache, RotaryEmbedding, rotate_half
-from mha_course.rotary import inverse_frequencies
+from mha_course.attention.rotary import inverse_frequencies
 
 
 def _rotate_by_hand(x, position, theta):

@@ -30,7 +30,8 @@ def _load_copy(tmp_path, edit=lambda source: source):
     another package name."""
     folder = tmp_path / "elsewhere" / "mha_course"
     folder.mkdir(parents=True)
-    shutil.copy(Path(mha_course.__file__).parent / "_validation.py", folder)
+    (folder / "attention").mkdir()
+    shutil.copy(Path(mha_course.__file__).parent / "attention" / "_validation.py", folder / "attention")
     (folder / "cost.py").write_text(edit(Path(cost.__file__).read_text(encoding="utf-8")), encoding="utf-8")
     parent = types.ModuleType(COPY)
     parent.__path__ = [str(folder)]  # a package whose __init__ never runs: only the modules asked for load
@@ -130,7 +131,7 @@ def _mask_under_another_name(num_tokens, device=None):
 
 
 def _mask_through_an_attribute(num_tokens, device=None):
-    return mha_course.masking.causal_mask(num_tokens, device=device)
+    return mha_course.attention.masking.causal_mask(num_tokens, device=device)
 
 
 def _mask_through_a_partial(num_tokens, device=None):
@@ -163,7 +164,7 @@ def _mask_from_a_pool(num_tokens, device=None):
 def _mask_from_the_source_text(num_tokens, device=None):
     import inspect
 
-    namespace = dict(mha_course.masking.__dict__)
+    namespace = dict(mha_course.attention.masking.__dict__)
     exec(inspect.getsource(mha_course.causal_mask), namespace)
     return namespace["causal_mask"](num_tokens, device)
 
@@ -322,7 +323,7 @@ def test_the_packages_function_reads_and_behaves_as_its_file():
     assert EXERCISES  # the checks are imported: the package's code is still its file's
     assert all(isinstance(c, (str, int, float, tuple, type(None), types.CodeType))
                for c in mha_course.causal_mask.__code__.co_consts)
-    source = Path(mha_course.masking.__file__).read_text(encoding="utf-8").splitlines(keepends=True)
+    source = Path(mha_course.attention.masking.__file__).read_text(encoding="utf-8").splitlines(keepends=True)
     lines, first = inspect.getsourcelines(mha_course.causal_mask)
     assert lines == source[first - 1:first - 1 + len(lines)] and lines[0].startswith("def causal_mask(")
     assert mha_course.causal_mask(3).int().tolist() == [[0, 1, 1], [0, 0, 1], [0, 0, 0]]

@@ -200,7 +200,7 @@ def test_book_option_copies_the_book_around_the_notebooks(tmp_path, monkeypatch)
     for name in ("_config.yml", "_toc.yml", "book/intro.md", "book/_ext/offline_mathjax.py"):
         assert (out / name).read_bytes() == (ROOT / name).read_bytes()
     # The package source the chapters' listings include ({literalinclude} ../mha_course/...).
-    for name in ("mha_course/causal_attention.py", "mha_course/wrapper.py"):
+    for name in ("mha_course/attention/causal_attention.py", "mha_course/attention/wrapper.py"):
         assert (out / name).read_bytes() == (ROOT / name).read_bytes()
     for chapter in CHAPTERS:
         text = (out / "book" / chapter.name).read_text(encoding="utf-8")

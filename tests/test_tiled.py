@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mha_course import FastMultiHeadAttention, MultiHeadAttention, TiledMultiHeadAttention, tiled_attention
-from mha_course import tiled as tiled_module
+from mha_course.attention import tiled as tiled_module
 from mha_course.bench.tiled_steps import explicit_attention, saved_tensor_bytes
-from mha_course.tiled import COMPUTED, CUT, SKIPPED, TiledAttention, tile_kind
+from mha_course.attention.tiled import COMPUTED, CUT, SKIPPED, TiledAttention, tile_kind
 
 
 def qkv(batch, heads, tokens, head_dim, dtype=torch.float32, seed=0, scale=1.0):

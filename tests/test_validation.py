@@ -128,7 +128,7 @@ def test_qkv_bias_must_be_a_bool(kind, value):
 
 def test_kv_groups_must_divide_num_heads_wherever_they_are_given():
     """One check serves the module, the cost formulas and the figure, each naming its argument."""
-    from mha_course._validation import validate_kv_groups
+    from mha_course.attention._validation import validate_kv_groups
     from mha_course.cost import MODEL_SHAPES, grouped_query_multiply_adds
     from mha_course.plots import plot_kv_sharing
 

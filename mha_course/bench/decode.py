@@ -24,8 +24,8 @@ import torch
 
 from ..cost import grouped_query_multiply_adds
 from ..data import random_batch
-from ..grouped_query import GroupedQueryAttention
-from ..kv_cache import KVCache
+from ..attention.grouped_query import GroupedQueryAttention
+from ..attention.kv_cache import KVCache
 from tqdm import tqdm
 from ..timing import time_interleaved, time_once
 from .decode_results import DECODE_IMPLEMENTATIONS, DECODE_MODE

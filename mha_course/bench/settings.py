@@ -11,7 +11,7 @@ import numbers
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Sequence
 
-from .._validation import validate_non_negative_int, validate_positive_int
+from ..attention._validation import validate_non_negative_int, validate_positive_int
 from ..implementations import IMPLEMENTATIONS, validate_names
 from .sizes import (ALL_CONFIGS, ALL_DECODE_CONFIGS, ALL_HEADS_MAP_CONFIGS, CONFIGS, DECODE_CONFIGS,
                     HEADS_MAP_CONFIGS, QUICK_CONFIGS, QUICK_DECODE_CONFIGS, QUICK_HEADS_MAP_CONFIGS, BenchConfig)

@@ -73,7 +73,7 @@ class TiledSettings(RunSettings):
 
     def __post_init__(self):
         super().__post_init__()
-        from .._validation import validate_positive_int
+        from ..attention._validation import validate_positive_int
 
         validate_positive_int("block_size", self.block_size)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..masking import causal_mask
-from ..tiled import tiled_attention
+from ..attention.masking import causal_mask
+from ..attention.tiled import tiled_attention
 from .sizes import BenchConfig
 
 #: The two modes of a tiled run: the forward pass under ``torch.no_grad`` (inference), and the

@@ -14,9 +14,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..heads import merge_heads, split_heads, stack_qkv, unstack_qkv
-from ..masking import causal_mask
-from ..multihead import MultiHeadAttention
+from ..attention.heads import merge_heads, split_heads, stack_qkv, unstack_qkv
+from ..attention.masking import causal_mask
+from ..attention.multihead import MultiHeadAttention
 from .framework import Check, Exercise, Mistake
 from .probes import (batch, causality_check, device_check, draw, dropout_in_eval, dropout_lost, error_on_device,
                      eval_output, future_changed, gradients_check, module_class_check, parameters_with_gradients,

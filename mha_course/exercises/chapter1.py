@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch.func import functional_call
 
-from ..causal_attention import CausalAttention
+from ..attention.causal_attention import CausalAttention
 from ..data import random_batch, running_example
-from ..masking import causal_mask, visibility
+from ..attention.masking import causal_mask, visibility
 from .framework import Check, Exercise, Mistake
 from .probes import (KEEP, batch, causality_check, connected_check, device_check, draw, error_on_device,
                      future_changed, matrices, probe_backward, probe_on_devices)

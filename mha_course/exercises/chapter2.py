@@ -7,11 +7,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..causal_attention import CausalAttention
+from ..attention.causal_attention import CausalAttention
 from ..cost import cost_by_heads, count_parameters, parameter_count
 from ..data import running_example
-from ..multihead import MultiHeadAttention
-from ..wrapper import MultiHeadAttentionWrapper
+from ..attention.multihead import MultiHeadAttention
+from ..attention.wrapper import MultiHeadAttentionWrapper
 from .framework import Check, Exercise, Mistake
 from .probes import (batch, causality_check, connected_check, device_check, draw, dropout_lost, eval_output,
                      future_changed, module_class_check, parameters_with_gradients, probe_backward, probe_dropout,

@@ -10,9 +10,9 @@ from torch import nn
 
 from ..cost import cost_by_heads, count_parameters, multiply_adds, parameter_count, score_memory_bytes
 from ..data import running_example
-from ..heads import merge_heads, split_heads
-from ..multihead import MultiHeadAttention, transfer_weights
-from ..wrapper import MultiHeadAttentionWrapper
+from ..attention.heads import merge_heads, split_heads
+from ..attention.multihead import MultiHeadAttention, transfer_weights
+from ..attention.wrapper import MultiHeadAttentionWrapper
 from .capstone import CAPSTONE
 from .framework import Check, Exercise, Mistake
 from .probes import (agrees, batch, connected_check, device_check, draw, probe_backward, probe_on_devices)

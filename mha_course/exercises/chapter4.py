@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from ..cost import cost_by_heads, multiply_adds
-from ..interop import sdpa_forward
-from ..masking import causal_mask
-from ..multihead import MultiHeadAttention
+from ..convert.pytorch import sdpa_forward
+from ..attention.masking import causal_mask
+from ..attention.multihead import MultiHeadAttention
 from .framework import Check, Exercise, Mistake
 from .probes import (agrees, batch, causality_check, device_check, draw, dropout_in_eval, dropout_lost, eval_output,
                      future_changed, gradients_check, parameters_with_gradients, probe_backward, probe_dropout,

@@ -13,9 +13,9 @@ import copy
 import torch
 
 from .. import cost
-from ..grouped_query import GroupedQueryAttention
-from ..heads import merge_heads, split_heads
-from ..kv_cache import KVCache
+from ..attention.grouped_query import GroupedQueryAttention
+from ..attention.heads import merge_heads, split_heads
+from ..attention.kv_cache import KVCache
 from .framework import Check, Exercise, Mistake
 from .probes import agrees, case_seed, chooser, device_check, error_on_device, generator, probe_on_devices
 from .records import (Failed, Recorder, describe, expect_close, expect_shape, format_shape, int_of, number, number_text, plain,

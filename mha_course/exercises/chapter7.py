@@ -1,8 +1,8 @@
 """Exercises of chapter 7, attention without the score matrix: the online-softmax update, the causal tile
 skip, the backward pass from the saved state.
 
-The references are the package's: the update inside :class:`mha_course.tiled.TiledAttention` (7.1),
-:func:`mha_course.tiled.tile_kind` (7.2) and the gradients of :func:`mha_course.tiled_attention` (7.3).
+The references are the package's: the update inside :class:`mha_course.attention.tiled.TiledAttention` (7.1),
+:func:`mha_course.attention.tiled.tile_kind` (7.2) and the gradients of :func:`mha_course.tiled_attention` (7.3).
 An answer that calls ``tiled_attention``, PyTorch's fused kernel or ``tile_kind`` is refused (see
 :mod:`~mha_course.exercises.shortcuts`).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ..tiled import COMPUTED, CUT, SKIPPED, TiledAttention, TiledMultiHeadAttention, tile_kind, tiled_attention
+from ..attention.tiled import COMPUTED, CUT, SKIPPED, TiledAttention, TiledMultiHeadAttention, tile_kind, tiled_attention
 from .framework import Check, Exercise, Mistake
 from .probes import chooser, device_check, generator, probe_on_devices
 from .records import Failed, Recorder, describe, expect_close, format_shape, plain, same, seed_of, value_of

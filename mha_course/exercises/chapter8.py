@@ -15,9 +15,9 @@ import copy
 
 import torch
 
-from ..masking import causal_mask
-from ..multihead import MultiHeadAttention
-from ..transformers_interop import from_gpt2_attention
+from ..attention.masking import causal_mask
+from ..attention.multihead import MultiHeadAttention
+from ..convert.transformers import from_gpt2_attention
 from .framework import Check, Exercise, Mistake
 from .probes import batch, draw, generator, state_of
 from .records import (Failed, Recorder, describe, expect_close, format_values, plain, raised, same, seed_of,

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import torch
 
-from ..grouped_query import GroupedQueryAttention
-from ..masking import causal_mask, with_padding
-from ..rotary import RotaryEmbedding, inverse_frequencies, rotate_half
+from ..attention.grouped_query import GroupedQueryAttention
+from ..attention.masking import causal_mask, with_padding
+from ..attention.rotary import RotaryEmbedding, inverse_frequencies, rotate_half
 from .framework import Check, Exercise, Mistake
 from .probes import chooser, device_check, generator, probe_on_devices
 from .records import Failed, Recorder, describe, expect_close, format_shape, plain, same, seed_of, value_of

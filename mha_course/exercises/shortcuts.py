@@ -78,12 +78,12 @@ def called(record: dict, label: str) -> bool:
 
 def attention_modules(*, keep: tuple = ()) -> tuple[Shortcut, ...]:
     """The package's attention modules (all but those in ``keep``, the exercise's building blocks)."""
-    from ..causal_attention import CausalAttention
-    from ..fast import FastMultiHeadAttention
-    from ..grouped_query import GroupedQueryAttention
-    from ..multihead import MultiHeadAttention
-    from ..wrapper import MultiHeadAttentionWrapper
-    from ..interop import from_torch_multihead, sdpa_forward, to_torch_multihead, torch_multihead_forward
+    from ..attention.causal_attention import CausalAttention
+    from ..attention.fast import FastMultiHeadAttention
+    from ..attention.grouped_query import GroupedQueryAttention
+    from ..attention.multihead import MultiHeadAttention
+    from ..attention.wrapper import MultiHeadAttentionWrapper
+    from ..convert.pytorch import from_torch_multihead, sdpa_forward, to_torch_multihead, torch_multihead_forward
 
     modules = (CausalAttention, MultiHeadAttentionWrapper, MultiHeadAttention, FastMultiHeadAttention,
                GroupedQueryAttention, sdpa_forward, to_torch_multihead, torch_multihead_forward, from_torch_multihead)

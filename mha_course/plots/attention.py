@@ -14,8 +14,8 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.colors import ListedColormap
 
-from .._validation import validate_positive_int
-from ..masking import visibility
+from ..attention._validation import validate_positive_int
+from ..attention.masking import visibility
 from .style import COLUMN_WIDTH, HEAD_PALETTE, NEUTRAL, SMALLEST_PT, house_style
 
 #: The share of the column a figure of one square panel takes: the book shows figures at least

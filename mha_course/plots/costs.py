@@ -13,7 +13,7 @@ from typing import Sequence
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter
 
-from .._validation import validate_positive_int
+from ..attention._validation import validate_positive_int
 from ..cost import REGIME_LABELS, REGIMES
 from .style import COLUMN_WIDTH, NEUTRAL, OKABE_ITO, SEQUENTIAL_CMAP, book_figsize, house_style, line_style
 

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 from matplotlib.colors import to_rgb
 from matplotlib.patches import FancyBboxPatch
 
-from .._validation import validate_kv_groups, validate_positive_int
+from ..attention._validation import validate_kv_groups, validate_positive_int
 from .style import COLUMN_WIDTH, HEAD_PALETTE, NEUTRAL, SEQUENTIAL_CMAP, house_style
 
 # --- The flow of multi-head attention: enter, fan out to heads, process per head, merge ---------

@@ -7,8 +7,8 @@ import math
 import matplotlib.pyplot as plt
 import torch
 
-from .._validation import validate_positive_int
-from ..rotary import inverse_frequencies
+from ..attention._validation import validate_positive_int
+from ..attention.rotary import inverse_frequencies
 from .style import NEUTRAL, OKABE_ITO, book_figsize, house_style, line_style
 
 

@@ -1,7 +1,7 @@
 """The tiles of the score matrix under the causal mask (chapter 7): computed, cut by the diagonal, skipped.
 
 One square per score ``(query i, key j)`` of a ``T x T`` matrix, grouped in tiles of
-``block_size x block_size``. :func:`mha_course.tiled.tile_kind` decides each tile's fate: below the
+``block_size x block_size``. :func:`mha_course.attention.tiled.tile_kind` decides each tile's fate: below the
 diagonal it is computed whole, on the diagonal it is computed and then masked where a key comes
 after its query, above it the loop never computes it.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch, Rectangle
 
-from .._validation import validate_positive_int
-from ..tiled import SKIPPED, tile_kind
+from ..attention._validation import validate_positive_int
+from ..attention.tiled import SKIPPED, tile_kind
 from .style import COLUMN_WIDTH, NEUTRAL, OKABE_ITO, house_style
 
 #: The fills of a kept score and a masked one: dark and light, so the two read in greyscale too.

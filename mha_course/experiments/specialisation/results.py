@@ -11,7 +11,7 @@ from typing import Sequence
 
 import torch
 
-from ..._validation import validate_positive_int
+from ...attention._validation import validate_positive_int
 from ...notebook_files import find_data
 from ...tables import Table
 from .evaluation import SOLVED_ACCURACY, evaluate, head_role, rounded

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..._validation import validate_non_negative_int, validate_positive_int
-from ...multihead import MultiHeadAttention
+from ...attention._validation import validate_non_negative_int, validate_positive_int
+from ...attention.multihead import MultiHeadAttention
 
 #: Label of positions that have nothing to predict; ``cross_entropy`` skips it.
 IGNORE_INDEX = -100

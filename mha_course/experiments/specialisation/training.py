@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from ..._validation import validate_positive_int
+from ...attention._validation import validate_positive_int
 from .task import (IGNORE_INDEX, SpecialisationConfig, TinyAttentionModel, validate_config, validate_head_count,
                    validate_seed, difference_task)
 

@@ -47,12 +47,12 @@ class MultiHeadAttention(nn.Module):
         mask: boolean buffer ``(context_length, context_length)``, ``True`` where attention is
             forbidden, shared by every head.
 
-    The decorators check the arguments and the input (``mha_course/_validation.py``), so that the
+    The decorators check the arguments and the input (``mha_course/attention/_validation.py``), so that the
     constructor and ``forward`` hold the computation alone.
 
     Conversions: ``MultiHeadAttention.from_wrapper(wrapper)`` and ``MultiHeadAttention.from_fast(fast)``
     build one that computes what the other module does (they live with every other conversion in
-    ``mha_course.interop``).
+    ``mha_course.convert.pytorch``).
 
     Example:
         >>> mha = MultiHeadAttention(3, 4, 6, dropout=0.0, num_heads=2)

@@ -56,7 +56,7 @@ class FastMultiHeadAttention(nn.Module):
 
     Conversions: ``FastMultiHeadAttention.from_multihead(mha)`` stacks a ``MultiHeadAttention``'s
     weights into ``qkv``; ``MultiHeadAttention.from_fast(fast)`` cuts them back (both in
-    ``mha_course.interop``).
+    ``mha_course.convert.pytorch``).
 
     Example:
         >>> fast = FastMultiHeadAttention(3, 4, context_length=6, dropout=0.0, num_heads=2)

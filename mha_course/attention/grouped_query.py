@@ -43,7 +43,7 @@ class GroupedQueryAttention(nn.Module):
         qkv_bias: whether the query, key and value projections have a bias.
         rope_theta: ``None`` (no positions, the default), or the base of rotary position
             embeddings (e.g. ``10000.0``): queries and keys are then rotated by their positions
-            with Llama's half-split convention (:class:`mha_course.rotary.RotaryEmbedding`),
+            with Llama's half-split convention (:class:`mha_course.attention.rotary.RotaryEmbedding`),
             keys before they enter the cache.
 
     Shapes:
@@ -60,7 +60,7 @@ class GroupedQueryAttention(nn.Module):
         out_proj: ``nn.Linear(d_out, d_out)`` that mixes the merged heads.
         mask: boolean buffer ``(context_length, context_length)``, ``True`` where attention is
             forbidden.
-        rotary: the :class:`~mha_course.rotary.RotaryEmbedding`, or ``None`` without ``rope_theta``.
+        rotary: the :class:`~mha_course.attention.rotary.RotaryEmbedding`, or ``None`` without ``rope_theta``.
 
     Padding: ``forward(x, cache, attention_mask, position_ids)``. ``attention_mask``
     ``(batch, cached + new positions)`` is 1 (or ``True``) for a real token and 0 for padding, as
@@ -70,7 +70,7 @@ class GroupedQueryAttention(nn.Module):
     so that each sequence counts from its first real token. Without rotation they change nothing.
 
     Conversion: ``GroupedQueryAttention.from_multihead(mha, num_kv_groups)`` pools a trained
-    ``MultiHeadAttention``'s key and value heads (in ``mha_course.interop``).
+    ``MultiHeadAttention``'s key and value heads (in ``mha_course.convert.pytorch``).
 
     Example:
         >>> gqa = GroupedQueryAttention(8, 8, context_length=6, dropout=0.0, num_heads=4, num_kv_groups=2)

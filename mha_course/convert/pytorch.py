@@ -20,14 +20,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import validate_dropout, validate_input, validate_positive_int
-from .fast import FastMultiHeadAttention
-from .grouped_query import GroupedQueryAttention
-from .heads import merge_heads, split_heads, stack_qkv, unstack_qkv
-from .masking import causal_mask
-from .multihead import MultiHeadAttention, transfer_weights
-from .tiled import TiledMultiHeadAttention
-from .wrapper import MultiHeadAttentionWrapper
+from ..attention._validation import validate_dropout, validate_input, validate_positive_int
+from ..attention.fast import FastMultiHeadAttention
+from ..attention.grouped_query import GroupedQueryAttention
+from ..attention.heads import merge_heads, split_heads, stack_qkv, unstack_qkv
+from ..attention.masking import causal_mask
+from ..attention.multihead import MultiHeadAttention, transfer_weights
+from ..attention.tiled import TiledMultiHeadAttention
+from ..attention.wrapper import MultiHeadAttentionWrapper
 
 
 def _require_mha(module) -> MultiHeadAttention:

@@ -25,9 +25,9 @@ import importlib
 
 import torch
 
-from .grouped_query import GroupedQueryAttention
-from .heads import unstack_qkv
-from .multihead import MultiHeadAttention
+from ..attention.grouped_query import GroupedQueryAttention
+from ..attention.heads import unstack_qkv
+from ..attention.multihead import MultiHeadAttention
 
 
 class UnsupportedConfigError(ValueError):

@@ -1,0 +1,34 @@
+"""The attention modules a learner reads, in the order the chapters teach them.
+
+* :mod:`.causal_attention` - one causal head (chapter 1);
+* :mod:`.wrapper` - several heads stacked side by side (chapter 2);
+* :mod:`.multihead` - all heads in one batched module (chapter 3);
+* :mod:`.fast` - the same on a fused QKV projection and PyTorch's fused kernel (chapter 4);
+* :mod:`.grouped_query` and :mod:`.kv_cache` - key/value heads shared in groups, and decoding token by
+  token (chapter 6);
+* :mod:`.tiled` - attention one tile of scores at a time (chapter 7);
+* :mod:`.rotary` and :mod:`.generation` - rotary positions, and a padded batch decoded (chapter 9);
+* :mod:`.heads`, :mod:`.masking` and :mod:`._validation` - what the modules share: reshapes, masks and
+  argument checks.
+
+This subpackage imports nothing else of the package; the conversions from torch's and transformers'
+layers live in :mod:`mha_course.convert`.
+"""
+
+from .causal_attention import CausalAttention
+from .fast import FastMultiHeadAttention
+from .grouped_query import GroupedQueryAttention
+from .heads import merge_heads, split_heads, stack_qkv, unstack_qkv
+from .kv_cache import KVCache
+from .masking import causal_mask, visibility, with_padding
+from .multihead import MultiHeadAttention, transfer_weights
+from .rotary import RotaryEmbedding, rotate_half
+from .tiled import TiledMultiHeadAttention, tiled_attention
+from .wrapper import MultiHeadAttentionWrapper
+
+__all__ = [
+    "CausalAttention", "MultiHeadAttentionWrapper", "MultiHeadAttention", "transfer_weights",
+    "FastMultiHeadAttention", "GroupedQueryAttention", "KVCache", "TiledMultiHeadAttention", "tiled_attention",
+    "RotaryEmbedding", "rotate_half", "split_heads", "merge_heads", "stack_qkv", "unstack_qkv",
+    "causal_mask", "visibility", "with_padding",
+]

@@ -1,0 +1,15 @@
+"""Conversions between the course's attention modules and the layers of other libraries.
+
+* :mod:`.pytorch` - to and from ``torch.nn.MultiheadAttention``, between the course's own classes, and
+  the fused kernel ``scaled_dot_product_attention`` side by side with the course's modules (chapters 3-4);
+* :mod:`.transformers` - the course's modules built from transformers' attention layers, computing what
+  those layers compute (chapter 8); transformers is imported only when a conversion runs.
+"""
+
+from .pytorch import from_torch_multihead, sdpa_forward, to_torch_multihead, torch_multihead_forward
+from .transformers import UnsupportedConfigError, from_gpt2_attention, from_llama_attention
+
+__all__ = [
+    "from_torch_multihead", "to_torch_multihead", "sdpa_forward", "torch_multihead_forward",
+    "from_gpt2_attention", "from_llama_attention", "UnsupportedConfigError",
+]
