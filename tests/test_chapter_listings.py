@@ -39,16 +39,25 @@ MAX_LISTING_LINES = 50
 
 def _cells(docname: str) -> list[dict]:
     cells = json.loads(source_of(docname).read_text(encoding="utf-8"))["cells"]
-    return [cell for cell in cells if cell["cell_type"] == "code" and "show_source(" in "".join(cell["source"])]
+    imports = [node for cell in cells if cell["cell_type"] == "code" for node in _top_level(cell)
+               if isinstance(node, (ast.Import, ast.ImportFrom))]
+    return [{**cell, "imports": imports} for cell in cells
+            if cell["cell_type"] == "code" and "show_source(" in "".join(cell["source"])]
+
+
+def _top_level(cell: dict) -> list[ast.stmt]:
+    try:
+        return ast.parse("".join(cell["source"])).body
+    except SyntaxError:  # a cell of IPython magic
+        return []
 
 
 def _shown(cell: dict) -> list[tuple[str, Listing]]:
     """The listings a cell shows: each ``show_source(...)`` call, as source text and as the listing it
-    makes now (the cell's imports run first)."""
+    makes now (the notebook's imports run first)."""
     tree = ast.parse("".join(cell["source"]))
     namespace: dict = {}
-    exec(compile(ast.Module([n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))], []),
-                 "<listing cell>", "exec"), namespace)
+    exec(compile(ast.Module(cell["imports"], []), "<the notebook's imports>", "exec"), namespace)
     calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "show_source"]
     return [(ast.unparse(call), eval(compile(ast.Expression(call), "<listing>", "eval"), namespace)) for call in calls]
 

@@ -328,7 +328,7 @@ def test_exercises_come_last_so_stubs_cannot_break_the_chapter(chapter):
 def test_first_student_chapter_runs_top_to_bottom_every_check_waits_and_it_scores_0(tmp_path):
     # Graded as a learner's untouched notebook: it runs from its own folder, no cell raises, every
     # check prints "not implemented yet", and the grader agrees.
-    [path] = [p for p in write_student_edition(CHAPTERS[:1], tmp_path) if p.suffix == ".ipynb"]
+    [path] = [p for p in write_student_edition(CHAPTERS[:1], tmp_path) if p.name == CHAPTERS[0].name]
     report = grade_notebook(path)
     assert report.events == []
     number = chapter_number(path.name)
@@ -345,7 +345,8 @@ def test_later_chapters_exercise_sections_run_and_every_check_waits(tmp_path):
     # student edition changes is its exercise section, run here after the chapter's imports, all
     # chapters in one kernel to keep the test fast.
     cells = []
-    for path in (p for p in write_student_edition(CHAPTERS[1:], tmp_path) if p.suffix == ".ipynb"):
+    names = {chapter.name for chapter in CHAPTERS[1:]}  # the book's other pages are notebooks there too
+    for path in (p for p in write_student_edition(CHAPTERS[1:], tmp_path) if p.name in names):
         student = nbformat.read(path, as_version=4)
         imports = next(c for c in student.cells if c.cell_type == "code")
         cells += [imports, *_exercise_section(student)]
