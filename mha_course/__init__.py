@@ -17,6 +17,8 @@ teaching order:
   :class:`TiledMultiHeadAttention` built on it (chapter 7).
 * :class:`MultiHeadLatentAttention` - keys and values expanded from one cached latent per token,
   and :func:`from_deepseek_v3_attention`, which builds it from DeepSeek-V3's layer (chapter 10).
+* :class:`SparseLatentAttention` - latent attention reading only the keys a :class:`LightningIndexer`
+  picks, and :func:`from_deepseek_v32_attention` from DeepSeek-V3.2's layer (chapter 11).
 
 ``check("1.1", answer)`` grades a learner's answer to an exercise (see :mod:`mha_course.exercises`).
 
@@ -39,8 +41,10 @@ from .attention import (
     KVCache,
     MultiHeadAttention,
     MultiHeadAttentionWrapper,
+    LightningIndexer,
     MultiHeadLatentAttention,
     RotaryEmbedding,
+    SparseLatentAttention,
     TiledMultiHeadAttention,
     causal_mask,
     merge_heads,
@@ -57,6 +61,7 @@ from .attention import (
 from .convert import (
     UnsupportedConfigError,
     from_deepseek_v3_attention,
+    from_deepseek_v32_attention,
     from_gpt2_attention,
     from_llama_attention,
     from_torch_multihead,
@@ -109,6 +114,9 @@ __all__ = [
     "MultiHeadLatentAttention",
     "yarn_softmax_scale",
     "from_deepseek_v3_attention",
+    "SparseLatentAttention",
+    "LightningIndexer",
+    "from_deepseek_v32_attention",
 ]
 
 

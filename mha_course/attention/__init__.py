@@ -9,6 +9,7 @@
 * :mod:`.tiled` - attention one tile of scores at a time (chapter 7);
 * :mod:`.rotary` and :mod:`.generation` - rotary positions, and a padded batch decoded (chapter 9);
 * :mod:`.latent` - multi-head latent attention: keys and values from one cached latent per token (chapter 10);
+* :mod:`.sparse` - DeepSeek's sparse attention: an indexer picks each query's top-k keys (chapter 11);
 * :mod:`.heads`, :mod:`.masking` and :mod:`._validation` - what the modules share: reshapes, masks and
   argument checks.
 
@@ -25,6 +26,7 @@ from .latent import MultiHeadLatentAttention, yarn_softmax_scale
 from .masking import causal_mask, visibility, with_padding
 from .multihead import MultiHeadAttention, transfer_weights
 from .rotary import RotaryEmbedding, rotate_half
+from .sparse import LightningIndexer, SparseLatentAttention
 from .tiled import TiledMultiHeadAttention, tiled_attention
 from .wrapper import MultiHeadAttentionWrapper
 
@@ -33,4 +35,5 @@ __all__ = [
     "FastMultiHeadAttention", "GroupedQueryAttention", "KVCache", "TiledMultiHeadAttention", "tiled_attention",
     "RotaryEmbedding", "rotate_half", "split_heads", "merge_heads", "stack_qkv", "unstack_qkv",
     "causal_mask", "visibility", "with_padding", "MultiHeadLatentAttention", "yarn_softmax_scale",
+    "LightningIndexer", "SparseLatentAttention",
 ]
