@@ -9,6 +9,7 @@
 * :mod:`.tiled` - attention one tile of scores at a time (chapter 7);
 * :mod:`.rotary` and :mod:`.generation` - rotary positions, and a padded batch decoded (chapter 9);
 * :mod:`.latent` - multi-head latent attention: keys and values from one cached latent per token (chapter 10);
+* :mod:`.sinks` - attention sinks: a learned logit per head in the softmax, with no value (chapter 11);
 * :mod:`.sparse` - DeepSeek's sparse attention: an indexer picks each query's top-k keys (chapter 11);
 * :mod:`.heads`, :mod:`.masking` and :mod:`._validation` - what the modules share: reshapes, masks and
   argument checks.
