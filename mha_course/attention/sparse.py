@@ -107,10 +107,7 @@ class LightningIndexer(nn.Module):
         Hidden keys score ``-inf`` first, so that the top-k are chosen among the visible keys only.
         """
         hidden = hidden if hidden.dim() == 2 else hidden.squeeze(1)  # (T, S) or (B, T, S)
-        scores = scores.masked_fill(hidden, float("-inf"))
-        chosen = scores.topk(min(self.topk, scores.shape[-1]), dim=-1).indices  # (B, T, k)
-        outside = torch.ones_like(scores, dtype=torch.bool).scatter(-1, chosen, False)
-        return (hidden | outside).unsqueeze(1)  # (B, 1, T, S)
+        return keep_top_k(scores, hidden, self.topk).unsqueeze(1)  # (B, 1, T, S)
 
 
 class SparseLatentAttention(MultiHeadLatentAttention):
@@ -190,6 +187,24 @@ class SparseLatentAttention(MultiHeadLatentAttention):
         else:  # weigh every head's values, expanded from the latent
             context = weights @ split_heads(self.W_up_value(latent), h)
         return self.out_proj(merge_heads(context))  # (B, T, d_in)
+
+
+def keep_top_k(scores: torch.Tensor, hidden: torch.Tensor, k: int) -> torch.Tensor:
+    """``hidden`` plus, for each query, every visible key outside its ``k`` highest ``scores``: ``(B, T, S)``.
+
+    ``scores`` ``(B, T, S)``; ``hidden`` ``True`` where a query may not look, broadcastable to it.
+    Hidden keys score ``-inf`` before the top-k are taken, so they never take one of the ``k``
+    places; a query that sees fewer than ``k`` keys keeps them all, and the hidden stay hidden.
+
+    Example:
+        >>> scores = torch.tensor([[[5.0, 1.0, 3.0, 9.0]]])  # one query, four keys
+        >>> keep_top_k(scores, torch.tensor([False, False, False, True]), k=2).int()  # key 3 is the future
+        tensor([[[0, 1, 0, 1]]], dtype=torch.int32)
+    """
+    ranked = scores.masked_fill(hidden, float("-inf"))
+    chosen = ranked.topk(min(k, scores.shape[-1]), dim=-1).indices  # (B, T, k)
+    outside = torch.ones_like(ranked, dtype=torch.bool).scatter(-1, chosen, False)
+    return hidden | outside
 
 
 def zero_ties(scores: torch.Tensor, hidden: torch.Tensor, topk: int) -> torch.Tensor:
