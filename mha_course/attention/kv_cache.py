@@ -315,8 +315,9 @@ class KVCache:
             "window", window, hint="It is how many positions a token sees, itself included.")
         joined = self.extend(**new)
         excess = self.held - (window - 1)
-        if excess > 0:  # copies of the last rows, so that the older ones are freed
-            self.tensors = {name: t[..., excess:, :].clone() for name, t in self.tensors.items()}
+        if excess > 0:  # copies of the last rows: the older ones are freed
+            self.tensors = {name: t[..., excess:, :].clone()
+                            for name, t in self.tensors.items()}
             self.dropped += excess
         return joined
 

@@ -50,6 +50,7 @@ def softmax_with_sinks(scores: torch.Tensor, sinks: torch.Tensor, mask: torch.Te
     scores = scores.to(dtype)
     if mask is not None:
         scores = scores.masked_fill(mask, float("-inf"))
-    sink = sinks.to(dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)  # (B, h, T, 1)
-    weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)  # (B, h, T, S + 1)
+    # one more column per row: the head's sink logit, (B, h, T, 1)
+    sink = sinks.to(dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+    weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)
     return weights[..., :-1]  # the sink's column dropped: it has no value
