@@ -8,7 +8,8 @@ runs, so building the parser imports neither the exercises' checks nor nbformat 
 * ``bench`` - :mod:`mha_course.bench`, the timings of chapter 4 (with ``--heads-map``, the map of
   batched against stacked heads of chapter 3; with ``--decode``, the time of generating one
   token with and without a key/value cache, chapter 6; with ``--tiled``, attention with and
-  without the score matrix, chapter 7);
+  without the score matrix, chapter 7; with ``--grouped``, grouped-query attention beside
+  transformers' Llama layer and the fast path, chapters 6 and 8);
 * ``specialise`` - :mod:`mha_course.experiments.specialisation`, the experiment of chapter 5;
 * ``student``, ``grade``, ``progress`` and ``lab`` - the student edition, the grader (with a class's
   gradebook), the learner's progress view, and JupyterLab opened on the student edition;
@@ -52,12 +53,14 @@ def _bench(args: argparse.Namespace) -> int:
     except (ValueError, RuntimeError) as error:
         return _fail("bench", str(error))
     chosen = [option for option, on in (("--decode", args.decode), ("--heads-map", args.heads_map),
-                                        ("--tiled", args.tiled)) if on]
+                                        ("--tiled", args.tiled), ("--grouped", args.grouped)) if on]
     if len(chosen) > 1:
-        count = "two" if len(chosen) == 2 else "three"
+        count = {2: "two", 3: "three"}.get(len(chosen), "four")
         return _fail("bench", f"{' and '.join(chosen)} are {count} different benchmarks: choose one.")
     if args.decode:
         return _bench_decode(args)
+    if args.grouped:
+        return _bench_grouped(args)
     if args.tiled:
         return _bench_tiled(args)
     if args.block_size is not None:
@@ -98,6 +101,13 @@ def _bench_decode(args: argparse.Namespace) -> int:
                             DecodeSettings, run_decode_benchmark, decode_summary)
 
 
+def _bench_grouped(args: argparse.Namespace) -> int:
+    from .bench import GroupedSettings, grouped_summary, run_grouped_benchmark
+
+    return _fixed_benchmark(args, "--grouped", "times each layer beside its reference (course and transformers, "
+                            "grouped and fast)", GroupedSettings, run_grouped_benchmark, grouped_summary)
+
+
 def _bench_heads_map(args: argparse.Namespace) -> int:
     from .bench import HeadsMapSettings, heads_map_summary, run_heads_map
 
@@ -116,7 +126,8 @@ def _bench_tiled(args: argparse.Namespace) -> int:
 
 def _fixed_benchmark(args: argparse.Namespace, flag: str, does: str, settings_class, run, summarise,
                      **options) -> int:
-    """A benchmark whose implementations and modes are fixed (``--decode``, ``--heads-map``, ``--tiled``):
+    """A benchmark whose implementations and modes are fixed (``--decode``, ``--heads-map``, ``--tiled``,
+    ``--grouped``):
     refuse ``--implementations``/``--modes``, build its settings from the command line, run, report."""
     for option, value in (("--implementations", args.implementations), ("--modes", args.modes)):
         if value:
@@ -149,6 +160,10 @@ def _add_bench(commands) -> None:
     bench.add_argument("--tiled", action="store_true",
                        help="attention with the explicit scores, the tiled loop and the fused kernel, against the "
                        "length, forward and forward with backward (chapter 7; writes bench-tiled-DEVICE.json, .csv, .png)")
+    bench.add_argument("--grouped", action="store_true",
+                       help="grouped-query attention on the fused kernel beside transformers' LlamaAttention (a "
+                       "1,024-token prompt, one token after 1,024 cached) and beside the fast path (chapters 6 "
+                       "and 8; writes bench-grouped-DEVICE.json, .csv)")
     bench.add_argument("--block-size", type=int, default=None,
                        help="with --tiled: queries and keys per tile of the tiled loop (default: 64; quick: 8)")
     bench.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")

@@ -25,7 +25,9 @@ The package, one concern per module:
   across sequence lengths x numbers of heads at one model width, with the processor's cache sizes;
   :mod:`~mha_course.bench.heads_map_results` reads its results back;
 * :mod:`~mha_course.bench.tiled` - ``bench --tiled`` (chapter 7): peak memory and time of attention
-  with the explicit scores, the tiled loop and the fused kernel, against the length.
+  with the explicit scores, the tiled loop and the fused kernel, against the length;
+* :mod:`~mha_course.bench.grouped` - ``bench --grouped`` (chapters 6 and 8): ``GroupedQueryAttention``
+  on the fused kernel beside transformers' ``LlamaAttention`` and beside the fast path.
 
 The implementations themselves, and how to add one, are in :mod:`mha_course.implementations`.
 Importing this package, and reading results, works on any operating system.
@@ -35,6 +37,8 @@ from ..implementations import IMPLEMENTATIONS, Implementation, build_implementat
 from .decode import decode_steps, run_decode_benchmark
 from .decode_results import DECODE_IMPLEMENTATIONS, DECODE_MODE, decode_rows, decode_summary, decode_table
 from .files import write_results
+from .grouped import (GROUPED_CONFIGS, GROUPED_IMPLEMENTATIONS, GroupedSettings, grouped_pairs, grouped_summary,
+                      grouped_table, run_grouped_benchmark)
 from .heads_map import run_heads_map
 from .heads_map_results import (HEADS_MAP, HEADS_MAP_IMPLEMENTATIONS, heads_map_cells, heads_map_summary,
                                 heads_map_table)
@@ -62,4 +66,6 @@ __all__ = [
     "heads_map_table", "heads_map_summary", "plot_heads_map", "cache_sizes",
     "TiledSettings", "TILED_CONFIGS", "TILED_IMPLEMENTATIONS", "run_tiled_benchmark",
     "tiled_rows", "tiled_table", "tiled_summary", "plot_tiled",
+    "GroupedSettings", "GROUPED_CONFIGS", "GROUPED_IMPLEMENTATIONS", "run_grouped_benchmark", "grouped_pairs",
+    "grouped_table", "grouped_summary",
 ]
