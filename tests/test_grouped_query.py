@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from conftest import CUDA
 from mha_course import (FastMultiHeadAttention, GroupedQueryAttention, KVCache, MultiHeadAttention, MultiHeadAttentionWrapper,
-                        random_batch)
+                        causal_mask, random_batch)
 from mha_course.cost import count_parameters
 
 TOL = dict(rtol=1e-5, atol=1e-6)
@@ -281,3 +281,18 @@ def test_dropout_runs_in_the_kernel_in_training_and_not_in_eval():
         assert torch.equal(fused.eval()(x), fused(x))
         fused.train()
         assert not torch.allclose(fused(x), fused(x))
+
+
+def test_a_multihead_state_dict_loads_and_its_mask_is_checked_then_dropped():
+    """The module keeps no mask, yet MultiHeadAttention's state dict loads into it strictly (chapter 6):
+    its causal mask is checked and dropped, and a mask that is not causal is refused."""
+    mha = MultiHeadAttention(8, 8, 6, 0.0, 4).eval()
+    gqa = GroupedQueryAttention(8, 8, 6, 0.0, 4, 4).eval()
+    loaded = gqa.load_state_dict(mha.state_dict())
+    assert not loaded.missing_keys and not loaded.unexpected_keys and "mask" not in gqa.state_dict()
+    x = random_batch(2, 6, 8)
+    torch.testing.assert_close(gqa(x), mha(x))
+    for bad in (torch.zeros(6, 6, dtype=torch.bool), causal_mask(7)):
+        with pytest.raises(RuntimeError, match=r"mask: (the loaded mask is not the causal pattern|the state dict "
+                                               r"was saved from a module with context_length=7)"):
+            gqa.load_state_dict({**mha.state_dict(), "mask": bad})

@@ -27,7 +27,7 @@ from torch import nn
 from ._validation import validate_attention_args, validate_input
 from .heads import captured_attention_weights, merge_heads, score_dtype, split_heads
 from .kv_cache import cache_start
-from .masking import causal_mask, safe_softmax, with_padding
+from .masking import causal_mask, drop_loaded_mask, safe_softmax, with_padding
 from .multihead import MultiHeadAttention, not_a_multihead
 from .rotary import RotaryEmbedding
 
@@ -69,7 +69,9 @@ class GroupedQueryAttention(nn.Module):
 
     No mask buffer: each call builds the causal mask of its own rows, ``(num_tokens, cached +
     num_tokens)``, and only where the fused kernel needs one (a prompt has ``is_causal``, one new
-    token sees every position), so the module holds nothing that grows with ``context_length``.
+    token sees every position), so the module holds nothing that grows with ``context_length``. A
+    state dict that holds a causal ``mask`` (``MultiHeadAttention``'s) loads all the same: the
+    mask is checked and dropped.
 
     Padding: ``forward(x, cache, attention_mask, position_ids)``. ``attention_mask``
     ``(batch, cached + new positions)`` is 1 (or ``True``) for a real token and 0 for padding, as
@@ -118,6 +120,8 @@ class GroupedQueryAttention(nn.Module):
         self.dropout = nn.Dropout(args.dropout)
         self.rotary = (None if rope_theta is None  # Llama's rotary positions
                        else RotaryEmbedding(self.head_dim, rope_theta))
+        # No mask buffer; a state dict with a causal mask (MultiHeadAttention's) loads all the same.
+        self.register_load_state_dict_pre_hook(drop_loaded_mask)
 
     def forward(self, x, cache=None, attention_mask=None, position_ids=None,
                 position_embeddings=None):

@@ -74,28 +74,50 @@ def validate_loaded_mask(module, state_dict, prefix, local_metadata, strict, mis
     loaded = state_dict.get(key)
     if not isinstance(loaded, torch.Tensor) or loaded.is_meta:
         return
-    if loaded.dim() != 2 or loaded.shape[0] != loaded.shape[1]:
-        return  # load_state_dict reports the shape mismatch itself
-    size, context_length = loaded.shape[0], module.context_length
-    if size > context_length:
-        error_msgs.append(
-            f"{key}: the state dict was saved from a module with context_length={size}, this one has "
-            f"context_length={context_length}. Build it with context_length={size}."
-        )
+    error = _not_causal(loaded, key, module.context_length)
+    if error is None or "saved from a module" not in error:
+        state_dict[key] = module.mask  # the module keeps its own buffer, of its side; a wrong one fails below
+    if error is not None:
+        error_msgs.append(error)
+
+
+def drop_loaded_mask(module, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                     error_msgs) -> None:
+    """Accept a causal ``mask`` in a state dict for a module that keeps none (a ``load_state_dict`` pre-hook).
+
+    ``GroupedQueryAttention`` builds its mask per call. Registered by it, this hook lets it load a
+    state dict that holds one, ``MultiHeadAttention``'s or one saved before the module stopped keeping
+    a buffer, once :func:`validate_loaded_mask`'s check finds it causal; the entry is then dropped.
+    """
+    key = prefix + "mask"
+    loaded = state_dict.get(key)
+    if not isinstance(loaded, torch.Tensor):
         return
+    error = None if loaded.is_meta else _not_causal(loaded, key, module.context_length)
+    if error is None:
+        del state_dict[key]
+    else:
+        error_msgs.append(error)
+
+
+def _not_causal(loaded: torch.Tensor, key: str, context_length: int) -> str | None:
+    """The error for a loaded mask that is not the causal pattern of a side up to ``context_length``."""
+    if loaded.dim() != 2 or loaded.shape[0] != loaded.shape[1]:
+        return (f"{key}: a causal mask is a square (T, T) table, got shape {tuple(loaded.shape)}. Delete that "
+                "entry and load with strict=False.")
+    size = loaded.shape[0]
+    if size > context_length:
+        return (f"{key}: the state dict was saved from a module with context_length={size}, this one has "
+                f"context_length={context_length}. Build it with context_length={size}.")
     expected = causal_mask(size, device=loaded.device).to(loaded.dtype)
     if torch.equal(loaded, expected):
-        state_dict[key] = module.mask  # the same pattern: the module keeps its own buffer, of its side
-        return
+        return None
     wrong = int((loaded != expected).sum())
-    state_dict[key] = module.mask  # keep the module's own mask; the load fails below
-    error_msgs.append(
-        f"{key}: the loaded mask is not the causal pattern (True, or 1, exactly above the diagonal, "
-        f"False or 0 elsewhere): {wrong} of its {loaded.numel()} entries differ, so tokens would see "
-        f"the future or lose their past. The mask is never learned: replace it before loading with "
-        f"state_dict[{key!r}] = mha_course.causal_mask({size}), or delete that entry and load with "
-        "strict=False."
-    )
+    return (f"{key}: the loaded mask is not the causal pattern (True, or 1, exactly above the diagonal, "
+            f"False or 0 elsewhere): {wrong} of its {loaded.numel()} entries differ, so tokens would see "
+            f"the future or lose their past. The mask is never learned: replace it before loading with "
+            f"state_dict[{key!r}] = mha_course.causal_mask({size}), or delete that entry and load with "
+            "strict=False.")
 
 
 def register_causal_mask(module: torch.nn.Module, context_length: int) -> None:
