@@ -150,15 +150,13 @@ class TiledAttention(torch.autograd.Function):
                 row_sum = row_sum * rescale + weights.sum(-1, keepdim=True)
                 acc = acc * rescale + weights @ v  # (B, h, T_b, d_v)
                 row_max = new_max
-            # A row that saw no key keeps sum 0 and acc 0: output 0, not 0/0,
-            # and L = +inf, so that the backward's P = exp(S - L) is 0 there.
+            # No key seen: sum 0, acc 0; output 0, not 0/0, and L = +inf (P = 0)
             empty = row_sum == 0  # (B, h, T_b, 1)
             out[:, :, rows] = acc / row_sum.masked_fill(empty, 1.0)  # softmax @ V
             lse[:, :, rows] = (row_max + torch.log(row_sum)).masked_fill(
                 empty, torch.inf)  # log sum_j e^s_ij
         ctx.save_for_backward(queries, keys, values, out, lse)
-        ctx.real = real
-        ctx.block_size, ctx.causal = block_size, causal
+        ctx.block_size, ctx.causal, ctx.real = block_size, causal, real
         return out
 
     @staticmethod
