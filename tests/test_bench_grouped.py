@@ -38,7 +38,7 @@ def test_rows_hold_consistent_measurements(results):
         assert REFERENCE[row["implementation"]] == reference["implementation"] == row["reference"]
         assert row["vs_reference"] == pytest.approx(row["median_s"] / reference["median_s"])
         assert reference["vs_reference"] == 1.0
-        assert row["multiply_adds"] == reference["multiply_adds"] > 0
+        assert row["multiply_adds"] == reference["multiply_adds"] > 0  # the quick pairs: the same work
         assert row["flops_per_s"] == pytest.approx(2 * row["multiply_adds"] / row["median_s"])
         assert row["max_abs_diff"] < 1e-5  # the pairs compute the same function
 
@@ -55,6 +55,17 @@ def test_the_converted_layer_and_transformers_agree_call_after_call(name):
     first = calls["course"]()
     torch.testing.assert_close(calls["course"](), first)
     torch.testing.assert_close(calls["transformers"](), first, rtol=1e-5, atol=1e-6)
+
+
+def test_the_fast_path_is_counted_with_a_key_value_head_per_query_head():
+    config = GroupedConfig("tiny-groups-2", 2, 8, 16, 4, 4, "", num_kv_groups=2)
+    results = bench.run_grouped_benchmark(bench.GroupedSettings(
+        configs=(config,), min_run_time=0.002, rounds=1, threads=1, progress=False, ceiling_size=32))
+    grouped, fast = bench.grouped_pairs(results)[0]
+    assert grouped["multiply_adds"] < fast["multiply_adds"]  # narrower key and value projections
+    from mha_course.cost import grouped_query_multiply_adds
+
+    assert fast["multiply_adds"] == grouped_query_multiply_adds(2, 8, 16, 16, 4, 4).total
 
 
 def test_fewer_key_value_heads_are_checked_against_the_explicit_path():

@@ -245,9 +245,11 @@ def _pair(config: GroupedConfig, device: torch.device, settings: GroupedSettings
     timed = {name: calls[name] for name in outputs}
     timings = time_interleaved(timed, rounds=settings.rounds, min_run_time=settings.min_run_time,
                                call_seconds=one_call)
-    work = grouped_query_multiply_adds(config.batch, config.num_tokens, config.d_in, config.d_out,
-                                       config.num_heads, config.num_kv_groups, config.num_cached).total
     (name, reference), = ((n, r) for n, r in REFERENCE.items() if n in outputs)
+    # The fast path keeps one key/value head per query head, whatever the grouped module shares.
+    groups = {name: config.num_kv_groups, reference: config.num_heads if reference == "fast" else config.num_kv_groups}
+    work = {n: grouped_query_multiply_adds(config.batch, config.num_tokens, config.d_in, config.d_out,
+                                           config.num_heads, g, config.num_cached).total for n, g in groups.items()}
     same_function = config.num_kv_groups == config.num_heads or config.pair == "llama"
     rows = []
     for implementation in (name, reference):
@@ -257,8 +259,8 @@ def _pair(config: GroupedConfig, device: torch.device, settings: GroupedSettings
                      "num_tokens": config.num_tokens, "num_cached": config.num_cached,
                      "num_kv_groups": config.num_kv_groups, "reference": reference,
                      "median_s": timing.median, "iqr_s": timing.iqr, "runs": timing.runs,
-                     "vs_reference": timing.median / timings[reference].median, "multiply_adds": work,
-                     "flops_per_s": 2 * work / timing.median,
+                     "vs_reference": timing.median / timings[reference].median,
+                     "multiply_adds": work[implementation], "flops_per_s": 2 * work[implementation] / timing.median,
                      "max_abs_diff": float((outputs[implementation] - against).abs().max())})
     return rows
 
@@ -288,17 +290,20 @@ def grouped_pairs(results: dict) -> list[tuple[dict, dict]]:
 
 
 def grouped_table(results: dict) -> Table:
-    """Median time of each layer and of its reference, the ratio measured in the run, and the spread."""
+    """Median time of each layer and of its reference, the ratio measured in the run, and the spread; the
+    sizes are named in the table and described in its notes."""
     descriptions = {c["name"]: c["description"] for c in results.get("configs", [])}
-    rows = [[descriptions.get(row["config"], row["config"]), row["implementation"], reference["implementation"],
-             row["median_s"], reference["median_s"], row["vs_reference"],
+    pairs = grouped_pairs(results)
+    rows = [[row["config"], row["implementation"], reference["implementation"], row["median_s"],
+             reference["median_s"], row["vs_reference"],
              max(row["iqr_s"] / row["median_s"], reference["iqr_s"] / reference["median_s"])]
-            for row, reference in grouped_pairs(results)]
+            for row, reference in pairs]
     meta = results["meta"]
     title = (f"GroupedQueryAttention and what it replaces, forward: median time on {meta['device_name']} "
              f"({meta['device']}, {threads_text(meta)})")
-    notes = ["ratio: the first layer's median time over the second's, one run.",
-             "spread: the larger of the two interquartile ranges over rounds, relative to its median."]
+    notes = [f"{row['config']}: {descriptions[row['config']]}." for row, _ in pairs if row["config"] in descriptions]
+    notes += ["ratio: the first layer's median time over the second's, one run.",
+              "spread: the larger of the two interquartile ranges over rounds, relative to its median."]
     return Table(["size", "layer", "against", "its time", "their time", "ratio", "spread"], rows, title=title,
                  formats={"its time": "time", "their time": "time", "ratio": ".2f", "spread": ".0%"}, notes=notes)
 
