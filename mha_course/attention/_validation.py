@@ -14,6 +14,8 @@ import torch
 
 def validate_positive_int(name: str, value, hint: str = "") -> int:
     """Return ``value`` if it is a positive integer, else raise a ``ValueError``/``TypeError``."""
+    if type(value) is int and value > 0:  # the common case, checked without the slower ABC test
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(
             f"{name} must be a positive integer, got {value!r} ({type(value).__name__}). "
