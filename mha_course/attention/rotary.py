@@ -46,7 +46,8 @@ def inverse_frequencies(head_dim: int, rope_theta: float) -> torch.Tensor:
         >>> inverse_frequencies(4, 10000.0)
         tensor([1.0000, 0.0100])
     """
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
+    pairs = torch.arange(0, head_dim, 2, dtype=torch.int64).float()  # 0, 2, ...
+    exponents = pairs / head_dim
     return 1.0 / (rope_theta**exponents)
 
 
@@ -120,18 +121,22 @@ class RotaryEmbedding(nn.Module):
         self.head_dim, self.rope_theta = head_dim, float(rope_theta)
         self.register_buffer("inv_freq", inverse_frequencies(head_dim, self.rope_theta))
 
-    def cos_sin(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """``cos`` and ``sin`` of every angle, ``(B, T, head_dim)`` each for ``(B, T)`` positions,
-        computed in float32 and returned in ``dtype``: the rotation a model computes once per call and
-        hands to every layer (``position_embeddings``), as transformers' Llama does.
+    def cos_sin(self, position_ids: torch.Tensor,
+                dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """``cos`` and ``sin`` of every angle, ``(B, T, head_dim)`` each,
+        computed in float32: the rotation a model computes once per call
+        and hands to every layer (``position_embeddings``), as Llama does.
 
         Example:
-            >>> cos, sin = RotaryEmbedding(4, 10000.0).cos_sin(torch.tensor([[0, 1]]), torch.float32)
+            >>> rotary = RotaryEmbedding(4, 10000.0)
+            >>> cos, sin = rotary.cos_sin(torch.tensor([[0, 1]]), torch.float32)
             >>> cos.shape, cos[0, 0].tolist()  # position 0: no turn
             (torch.Size([1, 2, 4]), [1.0, 1.0, 1.0, 1.0])
         """
-        angles = position_ids[..., None].float() * self.inv_freq.float()  # (B, T, d_h / 2)
-        angles = torch.cat((angles, angles), dim=-1)  # (B, T, d_h): pair i is i, i + d_h/2
+        # (B, T, d_h / 2): position times the angle per position of each pair
+        angles = position_ids[..., None].float() * self.inv_freq.float()
+        # (B, T, d_h): pair i is numbers i and i + d_h/2, one angle for both
+        angles = torch.cat((angles, angles), dim=-1)
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
     def forward(self, queries, keys, start: int, position_ids=None,
@@ -154,7 +159,7 @@ class RotaryEmbedding(nn.Module):
         else:
             validate_position_embeddings(position_embeddings, batch, num_new,
                                          self.head_dim, queries)
-        # (B or 1, 1, T, d_h): the same turn for every head
+        # (B or 1, 1, T, d_h): the same angles for every head
         cos, sin = (t.unsqueeze(1) for t in position_embeddings)
         return (queries * cos + rotate_half(queries) * sin,
                 keys * cos + rotate_half(keys) * sin)
