@@ -79,8 +79,7 @@ class GroupedQueryAttention(nn.Module):
     ``(batch, num_tokens)`` are the positions the rotation uses, by default the cache's length plus
     ``0, 1, ...``; for a left-padded batch pass ``attention_mask.cumsum(-1) - 1`` (clamped at 0)
     so that each sequence counts from its first real token. Without rotation they change nothing.
-    ``position_embeddings``, the ``(cos, sin)`` of :meth:`RotaryEmbedding.cos_sin
-    <mha_course.attention.rotary.RotaryEmbedding.cos_sin>` for those positions, replaces them: a model
+    ``position_embeddings``, the ``(cos, sin)`` of ``RotaryEmbedding.cos_sin`` for those positions, replaces them: a model
     computes it once per call and hands it to every layer. A query that sees no key (a padded one,
     at the start of a left-padded sequence) gets a context vector of 0, on both paths.
 

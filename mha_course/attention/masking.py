@@ -170,7 +170,7 @@ def with_padding(causal: torch.Tensor, attention_mask: torch.Tensor | None, batc
     padding is forbidden to every query as well, giving a ``(B, 1, T, S)`` mask that broadcasts over
     the heads. A query that is itself padding, at the start of a left-padded sequence, then sees no
     key at all: its row is masked throughout. Every module of the course gives such a row attention
-    weights of 0 and a context vector of 0 (:func:`safe_softmax`), as PyTorch's
+    weights of 0 and a context vector of 0 (``safe_softmax``), as PyTorch's
     ``scaled_dot_product_attention`` does, rather than the ``0/0 = NaN`` of a plain softmax.
 
     Example:

@@ -48,7 +48,7 @@ class MultiHeadAttention(nn.Module):
         out_proj: ``nn.Linear(d_out, d_out)`` that mixes the concatenated heads.
         mask: boolean buffer ``(context_length, context_length)``, ``True`` where attention is
             forbidden, shared by every head (for a ``context_length`` above
-            :data:`~mha_course.attention.masking.MASK_BUFFER_SIDE`, as long as the longest input seen).
+            ``MASK_BUFFER_SIDE`` (``mha_course.attention.masking``), as long as the longest input seen).
 
     Conversions: :meth:`from_wrapper` and :meth:`from_fast` build one that computes what the other
     module does.
@@ -77,6 +77,7 @@ class MultiHeadAttention(nn.Module):
         register_causal_mask(self, context_length)  # self.mask
 
     def forward(self, x, attention_mask=None):
+        """``(batch, num_tokens, d_in) -> (batch, num_tokens, d_out)``; ``attention_mask``: padding."""
         validate_input(x, self.d_in, self.context_length, self.W_query.weight,
                        attention_mask)  # its shape, dtype, device; the mask's
         batch, num_tokens, _ = x.shape
@@ -149,14 +150,14 @@ class MultiHeadAttention(nn.Module):
 
     @classmethod
     @torch.no_grad()
-    def from_fast(cls, fast: nn.Module) -> MultiHeadAttention:
+    def from_fast(cls, fast) -> MultiHeadAttention:
         """A ``MultiHeadAttention`` that computes what a ``FastMultiHeadAttention`` does.
 
         The inverse of :meth:`FastMultiHeadAttention.from_multihead`: the fused ``qkv`` weight (and
         bias) is cut back into the query, key and value projections; the output projection, the
         dropout probability, device, dtype and training mode are copied. ``fast`` is read by its
         parts, a fused ``qkv`` projection, ``out_proj``, ``dropout`` and the sizes, since this module
-        does not import :mod:`~mha_course.attention.fast` (which imports it): any module laid out as
+        does not import ``mha_course.attention.fast`` (which imports it): any module laid out as
         ``FastMultiHeadAttention`` converts.
 
         Example:
