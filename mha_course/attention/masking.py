@@ -74,7 +74,8 @@ def validate_loaded_mask(module, state_dict, prefix, local_metadata, strict, mis
     loaded = state_dict.get(key)
     if not isinstance(loaded, torch.Tensor) or loaded.is_meta:
         return
-    error = _not_causal(loaded, key, module.context_length)
+    # A module without context_length (a bare holder of the buffer) is as long as its mask.
+    error = _not_causal(loaded, key, getattr(module, "context_length", module.mask.shape[0]))
     if error is None or "saved from a module" not in error:
         state_dict[key] = module.mask  # the module keeps its own buffer, of its side; a wrong one fails below
     if error is not None:
@@ -158,7 +159,8 @@ def grow_mask(module, args, kwargs) -> None:
     """
     x = args[0] if args else kwargs.get("x")
     if isinstance(x, torch.Tensor) and x.dim() == 3:
-        needed = min(x.shape[1], module.context_length)  # a longer input is refused by forward's check
+        # a longer input is refused by forward's check; a bare holder of the buffer keeps its side
+        needed = min(x.shape[1], getattr(module, "context_length", module.mask.shape[0]))
         if needed > module.mask.shape[0]:
             module.mask = causal_mask(needed, device=module.mask.device)
 
