@@ -212,7 +212,7 @@ COLLECT = """() => {
     math_errors: [...document.querySelectorAll("mjx-merror")].map((e) => e.getAttribute("data-mjx-error") || e.textContent),
     images: [...document.images].map((img) => [img.currentSrc || img.src, img.naturalWidth]),
     exercises: [...document.querySelectorAll("article h3")].filter(
-      (h) => /^Exercise \d/.test(h.textContent.trim())).length,
+      (h) => /^Exercise \\d/.test(h.textContent.trim())).length,
   };
 }"""
 
