@@ -111,6 +111,9 @@ BOOK_FIGURES = {
         lambda: _plots().plot_visibility(3, labels=THREE_TOKEN_LABELS),
     "mha_course.plots.plot_attention: one head, 6 tokens":
         lambda: _plots().plot_attention(_weights(1, 6)[0], labels=RUNNING_WORDS, titles=["One causal head"]),
+    "mha_course.plots.plot_attention: 2 panels, 6 words, shades only":
+        lambda: _plots().plot_attention(_weights(2, 6), labels=RUNNING_WORDS,
+                                        titles=["random weights", "weights chosen by hand"], fmt=None),
     "mha_course.plots.plot_attention: 2 heads, 3 tokens":
         lambda: _plots().plot_attention(_weights(2, 3), labels=THREE_TOKEN_LABELS, titles=["Head 1", "Head 2"]),
     "mha_course.plots.plot_attention: 3 heads, 6 tokens":
