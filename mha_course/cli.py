@@ -7,7 +7,8 @@ runs, so building the parser imports neither the exercises' checks nor nbformat 
 * ``info`` - the package, torch and device in use;
 * ``bench`` - :mod:`mha_course.bench`, the timings of chapter 4 (with ``--heads-map``, the map of
   batched against stacked heads of chapter 3; with ``--decode``, the time of generating one
-  token with and without a key/value cache, chapter 6; with ``--tiled``, attention with and
+  token with and without a key/value cache, chapter 6; with ``--latent``, one decoded token of
+  latent attention against grouped-query attention, chapter 10; with ``--tiled``, attention with and
   without the score matrix, chapter 7);
 * ``specialise`` - :mod:`mha_course.experiments.specialisation`, the experiment of chapter 5;
 * ``student``, ``grade``, ``progress`` and ``lab`` - the student edition, the grader (with a class's
@@ -52,12 +53,14 @@ def _bench(args: argparse.Namespace) -> int:
     except (ValueError, RuntimeError) as error:
         return _fail("bench", str(error))
     chosen = [option for option, on in (("--decode", args.decode), ("--heads-map", args.heads_map),
-                                        ("--tiled", args.tiled)) if on]
+                                        ("--tiled", args.tiled), ("--latent", args.latent)) if on]
     if len(chosen) > 1:
-        count = "two" if len(chosen) == 2 else "three"
+        count = {2: "two", 3: "three"}.get(len(chosen), "four")
         return _fail("bench", f"{' and '.join(chosen)} are {count} different benchmarks: choose one.")
     if args.decode:
         return _bench_decode(args)
+    if args.latent:
+        return _bench_latent(args)
     if args.tiled:
         return _bench_tiled(args)
     if args.block_size is not None:
@@ -96,6 +99,13 @@ def _bench_decode(args: argparse.Namespace) -> int:
 
     return _fixed_benchmark(args, "--decode", "times one generated token two ways (recompute, kv_cache)",
                             DecodeSettings, run_decode_benchmark, decode_summary)
+
+
+def _bench_latent(args: argparse.Namespace) -> int:
+    from .bench import LatentSettings, latent_summary, run_latent_benchmark
+
+    return _fixed_benchmark(args, "--latent", "times one decoded token four ways (multi_head, grouped_query, latent, "
+                            "latent_absorbed)", LatentSettings, run_latent_benchmark, latent_summary)
 
 
 def _bench_heads_map(args: argparse.Namespace) -> int:
@@ -149,6 +159,10 @@ def _add_bench(commands) -> None:
     bench.add_argument("--tiled", action="store_true",
                        help="attention with the explicit scores, the tiled loop and the fused kernel, against the "
                        "length, forward and forward with backward (chapter 7; writes bench-tiled-DEVICE.json, .csv, .png)")
+    bench.add_argument("--latent", action="store_true",
+                       help="time one decoded token after up to 16k cached ones: latent attention expanded and absorbed "
+                       "against grouped-query attention with the same cache (chapter 10; writes bench-latent-DEVICE.json, "
+                       ".csv, .png)")
     bench.add_argument("--block-size", type=int, default=None,
                        help="with --tiled: queries and keys per tile of the tiled loop (default: 64; quick: 8)")
     bench.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
