@@ -150,6 +150,8 @@ BOOK_FIGURES = {
             implementations=["stacked", "batched", "fused_qkv", "fast", "raw_sdpa", "torch_mha_weights"]),
     "mha_course.bench.plots.plot_decode: stored decoding run":
         lambda: _module("mha_course.bench.plots").plot_decode(_bench_results("bench-decode-cpu.json")),
+    "mha_course.bench.plots.plot_latent: stored latent run":
+        lambda: _module("mha_course.bench.plots").plot_latent(_bench_results("bench-latent-cpu.json")),
     "mha_course.bench.plots.plot_heads_map: stored heads map":
         lambda: _module("mha_course.bench.plots").plot_heads_map(_bench_results("bench-heads-map-cpu.json")),
     "mha_course.plots.plot_rotation: head of 8, rope_theta 10000":
