@@ -44,8 +44,6 @@ class KVCache:
         keys: ``tensors["keys"]``, ``(batch, num_kv_groups, num_cached, head_dim)``, or ``None``
             while empty; ``values`` the same for values.
 
-    :attr:`nbytes` is the bytes of every tensor the cache holds.
-
     Example:
         >>> from mha_course import GroupedQueryAttention
         >>> gqa = GroupedQueryAttention(8, 8, context_length=6, dropout=0.0, num_heads=4, num_kv_groups=2)
@@ -84,7 +82,7 @@ class KVCache:
 
     @property
     def nbytes(self) -> int:
-        """The bytes of the tensors the cache holds, measured rather than counted by a formula.
+        """The bytes of the tensors the cache holds, which is what it costs in memory, measured, not counted.
 
         Example:
             >>> cache = KVCache()
