@@ -15,6 +15,8 @@ teaching order:
   transformers' GPT-2 and Llama attention layers, computing what those do (chapter 8).
 * :func:`tiled_attention` - attention one tile of scores at a time, with an online softmax, and
   :class:`TiledMultiHeadAttention` built on it (chapter 7).
+* :class:`MultiHeadLatentAttention` - keys and values expanded from one cached latent per token,
+  and :func:`from_deepseek_v3_attention`, which builds it from DeepSeek-V3's layer (chapter 10).
 
 ``check("1.1", answer)`` grades a learner's answer to an exercise (see :mod:`mha_course.exercises`).
 
@@ -37,6 +39,7 @@ from .attention import (
     KVCache,
     MultiHeadAttention,
     MultiHeadAttentionWrapper,
+    MultiHeadLatentAttention,
     RotaryEmbedding,
     TiledMultiHeadAttention,
     causal_mask,
@@ -49,9 +52,11 @@ from .attention import (
     unstack_qkv,
     visibility,
     with_padding,
+    yarn_softmax_scale,
 )
 from .convert import (
     UnsupportedConfigError,
+    from_deepseek_v3_attention,
     from_gpt2_attention,
     from_llama_attention,
     from_torch_multihead,
@@ -101,6 +106,9 @@ __all__ = [
     "check",
     "tiled_attention",
     "TiledMultiHeadAttention",
+    "MultiHeadLatentAttention",
+    "yarn_softmax_scale",
+    "from_deepseek_v3_attention",
 ]
 
 

@@ -9,7 +9,8 @@ runs, so building the parser imports neither the exercises' checks nor nbformat 
   batched against stacked heads of chapter 3; with ``--decode``, the time of generating one
   token with and without a key/value cache, chapter 6; with ``--tiled``, attention with and
   without the score matrix, chapter 7; with ``--grouped``, grouped-query attention beside
-  transformers' Llama layer and the fast path, chapters 6 and 8);
+  transformers' Llama layer and the fast path, chapters 6 and 8; with ``--latent``, one decoded
+  token of latent attention against grouped-query attention, chapter 10);
 * ``specialise`` - :mod:`mha_course.experiments.specialisation`, the experiment of chapter 5;
 * ``student``, ``grade``, ``progress`` and ``lab`` - the student edition, the grader (with a class's
   gradebook), the learner's progress view, and JupyterLab opened on the student edition;
@@ -53,7 +54,8 @@ def _bench(args: argparse.Namespace) -> int:
     except (ValueError, RuntimeError) as error:
         return _fail("bench", str(error))
     chosen = [option for option, on in (("--decode", args.decode), ("--heads-map", args.heads_map),
-                                        ("--tiled", args.tiled), ("--grouped", args.grouped)) if on]
+                                        ("--tiled", args.tiled), ("--grouped", args.grouped),
+                                        ("--latent", args.latent)) if on]
     if len(chosen) > 1:
         count = {2: "two", 3: "three"}.get(len(chosen), "four")
         return _fail("bench", f"{' and '.join(chosen)} are {count} different benchmarks: choose one.")
@@ -61,6 +63,8 @@ def _bench(args: argparse.Namespace) -> int:
         return _bench_decode(args)
     if args.grouped:
         return _bench_grouped(args)
+    if args.latent:
+        return _bench_latent(args)
     if args.tiled:
         return _bench_tiled(args)
     if args.block_size is not None:
@@ -106,6 +110,13 @@ def _bench_grouped(args: argparse.Namespace) -> int:
 
     return _fixed_benchmark(args, "--grouped", "times each layer beside its reference (course and transformers, "
                             "grouped and fast)", GroupedSettings, run_grouped_benchmark, grouped_summary)
+
+
+def _bench_latent(args: argparse.Namespace) -> int:
+    from .bench import LatentSettings, latent_summary, run_latent_benchmark
+
+    return _fixed_benchmark(args, "--latent", "times one decoded token four ways (multi_head, grouped_query, latent, "
+                            "latent_absorbed)", LatentSettings, run_latent_benchmark, latent_summary)
 
 
 def _bench_heads_map(args: argparse.Namespace) -> int:
@@ -164,6 +175,10 @@ def _add_bench(commands) -> None:
                        help="grouped-query attention on the fused kernel beside transformers' LlamaAttention (a "
                        "1,024-token prompt, one token after 1,024 cached) and beside the fast path (chapters 6 "
                        "and 8; writes bench-grouped-DEVICE.json, .csv)")
+    bench.add_argument("--latent", action="store_true",
+                       help="time one decoded token after up to 16k cached ones: latent attention expanded and absorbed "
+                       "against grouped-query attention with the same cache (chapter 10; writes bench-latent-DEVICE.json, "
+                       ".csv, .png)")
     bench.add_argument("--block-size", type=int, default=None,
                        help="with --tiled: queries and keys per tile of the tiled loop (default: 64; quick: 8)")
     bench.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")

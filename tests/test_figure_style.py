@@ -141,6 +141,9 @@ BOOK_FIGURES = {
         lambda: _plots().plot_kv_sharing(num_heads=8, kv_groups=(8, 2, 1)),
     "mha_course.plots.plot_kv_cache_growth: two model shapes":
         lambda: _plots().plot_kv_cache_growth(bytes_per_number=2),
+    "mha_course.plots.plot_todays_caches: seven published models":
+        lambda: _plots().plot_todays_caches(
+            _module("mha_course.todays_caches").cache_rows(lengths=[2**k for k in range(10, 18)])),
     "mha_course.bench.plots.plot_results: three sizes":
         lambda: _module("mha_course.bench.plots").plot_results(
             _bench_results(), configs=["small-4", "small-16", "gpt2-small"]),
@@ -150,6 +153,8 @@ BOOK_FIGURES = {
             implementations=["stacked", "batched", "fused_qkv", "fast", "raw_sdpa", "torch_mha_weights"]),
     "mha_course.bench.plots.plot_decode: stored decoding run":
         lambda: _module("mha_course.bench.plots").plot_decode(_bench_results("bench-decode-cpu.json")),
+    "mha_course.bench.plots.plot_latent: stored latent run":
+        lambda: _module("mha_course.bench.plots").plot_latent(_bench_results("bench-latent-cpu.json")),
     "mha_course.bench.plots.plot_heads_map: stored heads map":
         lambda: _module("mha_course.bench.plots").plot_heads_map(_bench_results("bench-heads-map-cpu.json")),
     "mha_course.plots.plot_rotation: head of 8, rope_theta 10000":

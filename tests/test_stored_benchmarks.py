@@ -95,7 +95,7 @@ def test_two_thread_run_measures_the_same_machine_and_sizes_as_the_one_thread_ru
 
 STORED_RUNS = ("bench-cpu.json", "bench-cpu-2threads.json", "bench-cpu-mmap-off.json",
                "bench-cpu-malloc-reuse.json", "bench-decode-cpu.json", "bench-heads-map-cpu.json",
-               "bench-tiled-cpu.json", "bench-grouped-cpu.json")
+               "bench-tiled-cpu.json", "bench-grouped-cpu.json", "bench-latent-cpu.json")
 
 
 @pytest.mark.parametrize("name", STORED_RUNS)

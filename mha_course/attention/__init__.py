@@ -8,6 +8,7 @@
   token (chapter 6);
 * :mod:`.tiled` - attention one tile of scores at a time (chapter 7);
 * :mod:`.rotary` and :mod:`.generation` - rotary positions, and a padded batch decoded (chapter 9);
+* :mod:`.latent` - multi-head latent attention: keys and values from one cached latent per token (chapter 10);
 * :mod:`.heads`, :mod:`.masking` and :mod:`._validation` - what the modules share: reshapes, masks and
   argument checks.
 
@@ -20,6 +21,7 @@ from .fast import FastMultiHeadAttention
 from .grouped_query import GroupedQueryAttention
 from .heads import merge_heads, split_heads, stack_qkv, unstack_qkv
 from .kv_cache import KVCache
+from .latent import MultiHeadLatentAttention, yarn_softmax_scale
 from .masking import causal_mask, visibility, with_padding
 from .multihead import MultiHeadAttention, transfer_weights
 from .rotary import RotaryEmbedding, rotate_half
@@ -30,5 +32,5 @@ __all__ = [
     "CausalAttention", "MultiHeadAttentionWrapper", "MultiHeadAttention", "transfer_weights",
     "FastMultiHeadAttention", "GroupedQueryAttention", "KVCache", "TiledMultiHeadAttention", "tiled_attention",
     "RotaryEmbedding", "rotate_half", "split_heads", "merge_heads", "stack_qkv", "unstack_qkv",
-    "causal_mask", "visibility", "with_padding",
+    "causal_mask", "visibility", "with_padding", "MultiHeadLatentAttention", "yarn_softmax_scale",
 ]

@@ -28,6 +28,9 @@ The package, one concern per module:
   with the explicit scores, the tiled loop and the fused kernel, against the length;
 * :mod:`~mha_course.bench.grouped` - ``bench --grouped`` (chapters 6 and 8): ``GroupedQueryAttention``
   on the fused kernel beside transformers' ``LlamaAttention`` and beside the fast path.
+* :mod:`~mha_course.bench.latent` - ``bench --latent`` (chapter 10): one decoded token of latent
+  attention, expanded and absorbed, against grouped-query attention with the same cache, up to 16k
+  cached tokens.
 
 The implementations themselves, and how to add one, are in :mod:`mha_course.implementations`.
 Importing this package, and reading results, works on any operating system.
@@ -43,7 +46,9 @@ from .heads_map import run_heads_map
 from .heads_map_results import (HEADS_MAP, HEADS_MAP_IMPLEMENTATIONS, heads_map_cells, heads_map_summary,
                                 heads_map_table)
 from .machine import MachineState, cache_sizes, matmul_ceiling, stability_warnings
-from .plots import plot_decode, plot_heads_map, plot_relative_times, plot_results, plot_tiled
+from .latent import (LATENT_CONFIGS, LATENT_IMPLEMENTATIONS, LatentSettings, latent_rows, latent_summary,
+                     latent_table, run_latent_benchmark)
+from .plots import plot_decode, plot_heads_map, plot_latent, plot_relative_times, plot_results, plot_tiled
 from .results import (BASELINES, FORMAT_VERSION, add_ratios, compare_times, load_results, lookup, results_table,
                       select, summary)
 from .run import run_benchmark
@@ -68,4 +73,6 @@ __all__ = [
     "tiled_rows", "tiled_table", "tiled_summary", "plot_tiled",
     "GroupedSettings", "GROUPED_CONFIGS", "GROUPED_IMPLEMENTATIONS", "run_grouped_benchmark", "grouped_pairs",
     "grouped_table", "grouped_summary",
+    "LatentSettings", "LATENT_CONFIGS", "LATENT_IMPLEMENTATIONS", "run_latent_benchmark", "latent_rows",
+    "latent_table", "latent_summary", "plot_latent",
 ]

@@ -321,6 +321,51 @@ def plot_tiled(results: dict):
     return fig
 
 
+def plot_latent(results: dict):
+    """Median time of one decoded token (left) and the cache held (right) against the cached tokens,
+    for the four ways of a latent run (log-log).
+
+    Example:
+        >>> from mha_course.bench.latent import LATENT_IMPLEMENTATIONS
+        >>> rows = [{"config": f"latent-{s}", "implementation": n, "mode": "latent-decode", "num_tokens": s,
+        ...          "median_s": 1e-6 * s * (i + 1), "cache_bytes": 100 * s} for s in (256, 1024)
+        ...         for i, n in enumerate(LATENT_IMPLEMENTATIONS)]
+        >>> plot_latent({"rows": rows}).axes[0].get_legend_handles_labels()[1]
+        ['multi-head', 'grouped-query', 'latent, expanded', 'latent, absorbed']
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    from ..plots import book_figsize, house_style, line_style
+    from ..tables import format_bytes
+    from .latent import LATENT_IMPLEMENTATIONS, latent_rows
+
+    labels = dict(zip(LATENT_IMPLEMENTATIONS, ["multi-head", "grouped-query", "latent, expanded", "latent, absorbed"]))
+    by_name = latent_rows(results)
+    with house_style():
+        fig, (time, cache) = plt.subplots(1, 2, figsize=book_figsize(1.0, aspect=0.5), layout="constrained")
+        for index, name in enumerate(LATENT_IMPLEMENTATIONS):
+            rows = by_name[name]
+            tokens = [r["num_tokens"] for r in rows]
+            style = dict(label=labels[name], lw=1.8, markersize=4.5, **line_style(index))
+            time.plot(tokens, [r["median_s"] * 1e3 for r in rows], **style)
+            cache.plot(tokens, [r["cache_bytes"] for r in rows], **style)
+        ticks = [r["num_tokens"] for r in by_name["latent"]]
+        for ax, ylabel in ((time, "median time of one token (ms)"), (cache, "cache held")):
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xticks(ticks, [f"{t // 1024}k" if t >= 1024 else str(t) for t in ticks])
+            ax.minorticks_off()
+            ax.set_xlabel("cached tokens S")
+            ax.set_ylabel(ylabel)
+            ax.grid(True, which="major", alpha=0.3)
+        time.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        cache.yaxis.set_major_formatter(FuncFormatter(lambda value, _: format_bytes(value)))
+        handles, names = time.get_legend_handles_labels()
+        fig.legend(handles, names, loc="outside lower center", ncol=4, frameon=False, handlelength=2.6)
+    return fig
+
+
 def _save(figure, path) -> Path:
     import matplotlib.pyplot as plt
 
@@ -350,3 +395,8 @@ def save_heads_map_plot(results: dict, path) -> Path:
 def save_tiled_plot(results: dict, path) -> Path:
     """Draw :func:`plot_tiled`, save it as ``path`` (PNG) and close it; return the path."""
     return _save(plot_tiled(results), path)
+
+
+def save_latent_plot(results: dict, path) -> Path:
+    """Draw :func:`plot_latent`, save it as ``path`` (PNG) and close it; return the path."""
+    return _save(plot_latent(results), path)

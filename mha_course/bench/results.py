@@ -71,6 +71,10 @@ GROUPED_CSV_FIELDS = ["config", "implementation", "mode", "num_tokens", "num_cac
                       "median_s", "iqr_s", "runs", "vs_reference", "multiply_adds", "flops_per_s", "ceiling_fraction",
                       "max_abs_diff"]
 
+#: The CSV columns of a latent run (``bench --latent``, ``meta.benchmark == "latent"``).
+LATENT_CSV_FIELDS = ["config", "implementation", "mode", "num_tokens", "median_s", "iqr_s", "runs", "vs_grouped_query",
+                     "cache_bytes", "multiply_adds", "flops_per_s", "ceiling_fraction", "max_abs_diff"]
+
 
 def results_stem(device: str, label: str | None = None, benchmark: str | None = None) -> str:
     """File name stem of a results file: ``bench-cpu``, ``bench-cuda-quick``, ``bench-decode-cpu``, ..."""
