@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 import torch
-from torch.utils import benchmark
 
 from .attention._validation import validate_positive_int
 
@@ -66,6 +65,11 @@ def measure(fn: Callable, *args, min_run_time: float = 0.2, num_threads: int | N
     """
     if min_run_time <= 0:
         raise ValueError(f"min_run_time must be positive seconds, got {min_run_time}. Try 0.2.")
+    # Imported here, not with the module: torch.utils.benchmark loads torch's C++ extension builder, which
+    # warns on stderr where a CUDA build of torch finds a CUDA toolkit but no GPU; a chapter that only
+    # reads stored timings should print nothing of that.
+    from torch.utils import benchmark
+
     timer = benchmark.Timer(
         stmt="fn(*args)",
         globals={"fn": fn, "args": args},

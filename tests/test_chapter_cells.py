@@ -116,16 +116,22 @@ CHAPTER_4_MAX_WORDS = 2200
 
 
 def prose_words(notebook: dict) -> int:
-    """Words of a notebook's Markdown prose: fenced blocks (code, included listings, exercises and
-    their solutions, notes) and display equations are left out; headings, lists and tables count.
+    """Words of a notebook's Markdown prose, the story the chapter tells: fenced blocks (code), display
+    equations, notes (block quotes), figure captions and the exercises (from the heading "## Exercises"
+    on) are left out; headings, lists and tables count.
 
     Example:
-        >>> prose_words({"cells": [{"cell_type": "markdown", "source": "Two words\\n\\n$$x = 1$$\\n```{note}\\nnot me\\n```"}]})
+        >>> prose_words({"cells": [{"cell_type": "markdown", "source": "Two words\\n\\n$$x = 1$$\\n> **Note.** not me"},
+        ...                        {"cell_type": "markdown", "source": "**Figure.** Not me."},
+        ...                        {"cell_type": "markdown", "source": "## Exercises\\n\\nNot me."}]})
         2
     """
     import re
 
-    text = "\n".join(_text(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "markdown")
+    cells = [_text(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "markdown"]
+    exercises = next((i for i, cell in enumerate(cells) if "## Exercises" in cell.splitlines()), len(cells))
+    text = "\n".join(cell for cell in cells[:exercises] if not cell.startswith("**Figure.**"))
+    text = re.sub(r"^>.*$", " ", text, flags=re.M)
     text = re.sub(r"```.*?```", " ", text, flags=re.S)
     text = re.sub(r"\$\$.*?\$\$", " ", text, flags=re.S)
     return len(text.split())

@@ -1,70 +1,78 @@
-"""The classes a chapter teaches appear on its page as short listings included from the package's source.
+"""The classes a chapter teaches appear on its page as short listings, shown by cells from the package's source.
 
-A chapter shows a class with a ``{literalinclude}`` of the package file and ``:pyobject:`` (the
-class, or ``Class.__init__`` and ``Class.forward`` as separate blocks), trimmed at most of
-docstrings and of the methods the class has beside its computation (``:start-at:``, ``:end-at:``
-...). These tests read each listing exactly as Sphinx will (its own ``LiteralIncludeReader``), so
-they fail when an edit of the package moves the lines a chapter selects: the listings of a taught
-class hold every line of its constructor and ``forward`` that is not a docstring, a listing of a
-class starts with its ``class`` line, each listing is at most ``MAX_LISTING_LINES`` lines, and
-every line fits the book's code column.
+A chapter shows code with a cell that calls ``mha_course.listing.show_source`` (tag ``remove-input``,
+its input folded in Jupyter): the output is the package's source, the same in JupyterLab, the
+student edition and the HTML. These tests read each listing as the cell makes it, so they fail when
+an edit of the package moves the lines a chapter selects: the listings of a taught class hold every
+line of its constructor and ``forward`` that is not a docstring, a listing of a class starts with
+its ``class`` line, each listing is at most ``MAX_LISTING_LINES`` lines, every line fits the book's
+code column, and the stored output is the listing the package gives today.
 """
 
 from __future__ import annotations
 
 import ast
-import re
-from types import SimpleNamespace
+import inspect
+import json
+from pathlib import Path
 
 import pytest
-from sphinx.directives.code import LiteralIncludeReader
 
-from book_pages import CODE_COLUMN, DOCNAMES, markdown_of, source_of
+from book_pages import CODE_COLUMN, NOTEBOOKS, source_of
+
+from mha_course.listing import Listing, show_source
 
 #: The class each chapter teaches, and the methods of it that the page must show in full.
 TAUGHT = {
-    "book/01_one_causal_head": ("../mha_course/attention/causal_attention.py", "CausalAttention", ("__init__", "forward")),
-    "book/02_stacked_heads": ("../mha_course/attention/wrapper.py", "MultiHeadAttentionWrapper", ("__init__", "forward")),
-    "book/03_batched_heads": ("../mha_course/attention/multihead.py", "MultiHeadAttention", ("__init__", "forward")),
-    "book/04_what_heads_cost": ("../mha_course/attention/fast.py", "FastMultiHeadAttention", ("__init__", "forward")),
-    "book/06_sharing_keys_and_values": ("../mha_course/attention/grouped_query.py", "GroupedQueryAttention", ("forward",)),
+    "book/01_one_causal_head": ("CausalAttention", ("__init__", "forward")),
+    "book/02_stacked_heads": ("MultiHeadAttentionWrapper", ("__init__", "forward")),
+    "book/03_batched_heads": ("MultiHeadAttention", ("__init__", "forward")),
+    "book/04_what_heads_cost": ("FastMultiHeadAttention", ("__init__", "forward")),
+    "book/06_sharing_keys_and_values": ("GroupedQueryAttention", ("forward",)),
+    # where the rotation's cos and sin are made, and where forward applies them
+    "book/09_positions_and_padding": ("RotaryEmbedding", ("cos_sin", "forward")),
 }
 
 #: The longest listing a page may show, comments included: a class a learner can hold in mind.
 MAX_LISTING_LINES = 50
 
-FENCE = re.compile(r"^(`{3,}|:{3,})\{literalinclude\}\s+(\S+)\s*\n(.*?)^\1\s*$", re.MULTILINE | re.DOTALL)
-OPTION = re.compile(r"^:([\w-]+):\s*(.*)$")
+
+def _cells(docname: str) -> list[dict]:
+    cells = json.loads(source_of(docname).read_text(encoding="utf-8"))["cells"]
+    imports = [node for cell in cells if cell["cell_type"] == "code" for node in _top_level(cell)
+               if isinstance(node, (ast.Import, ast.ImportFrom))]
+    return [{**cell, "imports": imports} for cell in cells
+            if cell["cell_type"] == "code" and "show_source(" in "".join(cell["source"])]
 
 
-def _listings(docname: str) -> list[tuple[str, dict[str, str]]]:
-    """Every ``{literalinclude}`` of a page: its path and its options."""
-    found = []
-    for match in FENCE.finditer(markdown_of(docname)):
-        options = {}
-        for line in match.group(3).splitlines():
-            option = OPTION.match(line.strip())
-            if option:
-                options[option.group(1)] = option.group(2).strip()
-        found.append((match.group(2), options))
-    return found
+def _top_level(cell: dict) -> list[ast.stmt]:
+    try:
+        return ast.parse("".join(cell["source"])).body
+    except SyntaxError:  # a cell of IPython magic
+        return []
 
 
-def _read(docname: str, path: str, options: dict[str, str]) -> str:
-    """The text Sphinx shows for the listing (the same reader the directive uses)."""
-    filename = source_of(docname).parent / path
-    # Options as the directive converts them: ``:dedent:`` and ``:lineno-start:`` are numbers, and a
-    # bare ``:dedent:`` removes the common indentation (None).
-    options = {key: (int(value) if value else None) if key in ("dedent", "lineno-start") else value
-               for key, value in options.items()}
-    text, _ = LiteralIncludeReader(str(filename), options, SimpleNamespace(source_encoding="utf-8")).read()
-    return text
+def _shown(cell: dict) -> list[tuple[str, Listing]]:
+    """The listings a cell shows: each ``show_source(...)`` call, as source text and as the listing it
+    makes now (the notebook's imports run first)."""
+    tree = ast.parse("".join(cell["source"]))
+    namespace: dict = {}
+    exec(compile(ast.Module(cell["imports"], []), "<the notebook's imports>", "exec"), namespace)
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "show_source"]
+    return [(ast.unparse(call), eval(compile(ast.Expression(call), "<listing>", "eval"), namespace)) for call in calls]
 
 
-def _code_lines(filename, name: str, methods: tuple[str, ...] | None = None) -> list[str]:
-    """The lines of class ``name`` in ``filename`` (only of ``methods``, if given), without docstrings."""
-    source = filename.read_text(encoding="utf-8")
-    node = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == name)
+def _listings(docname: str) -> list[Listing]:
+    return [listing for cell in _cells(docname) for _, listing in _shown(cell)]
+
+
+LISTINGS = [(name, call, listing) for name in NOTEBOOKS for cell in _cells(name) for call, listing in _shown(cell)]
+
+
+def _code_lines(cls, methods: tuple[str, ...]) -> list[str]:
+    """The lines of ``methods`` of class ``cls``, without docstrings."""
+    source = Path(inspect.getsourcefile(cls)).read_text(encoding="utf-8")
+    node = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
     lines = source.splitlines()
     dropped = set()
     for inner in [node, *ast.walk(node)]:
@@ -72,77 +80,75 @@ def _code_lines(filename, name: str, methods: tuple[str, ...] | None = None) -> 
         if isinstance(inner, (ast.ClassDef, ast.FunctionDef)) and body and isinstance(body[0], ast.Expr) \
                 and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
             dropped.update(range(body[0].lineno, body[0].end_lineno + 1))
-    parts = [node] if methods is None else [n for n in node.body if isinstance(n, ast.FunctionDef) and n.name in methods]
-    assert methods is None or len(parts) == len(methods), f"{name} lacks one of {methods}"
+    parts = [n for n in node.body if isinstance(n, ast.FunctionDef) and n.name in methods]
+    assert len(parts) == len(methods), f"{cls.__name__} lacks one of {methods}"
     return [lines[i - 1] for part in parts for i in range(part.lineno, part.end_lineno + 1)
             if i not in dropped and lines[i - 1].strip()]
 
 
-LISTINGS = [(name, path, options) for name in DOCNAMES for path, options in _listings(name)]
-
-
-def _shows(options: dict[str, str], name: str) -> bool:
-    """Whether a listing's ``:pyobject:`` is class ``name`` or one of its methods."""
-    target = options.get("pyobject", "")
-    return target == name or target.startswith(f"{name}.")
-
-
 @pytest.mark.parametrize("docname", sorted(TAUGHT))
 def test_the_chapter_shows_the_class_it_teaches(docname):
-    path, name, methods = TAUGHT[docname]
-    listings = [options for listed, options in _listings(docname) if listed == path and _shows(options, name)]
-    assert listings, f"{docname}: no {{literalinclude}} of {path} with :pyobject: {name} (or one of its methods)"
-    # Compared without indentation: a method's listing may be dedented (``:dedent:``).
-    shown = {line.strip() for options in listings for line in _read(docname, path, options).splitlines()}
-    missing = [line for line in _code_lines(source_of(docname).parent / path, name, methods) if line.strip() not in shown]
+    import mha_course
+
+    name, methods = TAUGHT[docname]
+    cls = getattr(mha_course, name)
+    shown = {line.strip() for listing in _listings(docname) for line in listing.lines}
+    missing = [line for line in _code_lines(cls, methods) if line.strip() not in shown]
     assert not missing, f"{docname}: the listings of {name} leave out code of {', '.join(methods)}: {missing}"
 
 
-@pytest.mark.parametrize("docname, path, options", LISTINGS, ids=[f"{n}:{o.get('pyobject', p)}" for n, p, o in LISTINGS])
-def test_a_listing_is_short_starts_at_its_class_and_fits_the_code_column(docname, path, options):
-    text = _read(docname, path, options)
-    shown = text.splitlines()
-    too_wide = [line for line in shown if len(line) > CODE_COLUMN]
-    assert not too_wide, f"{docname}: lines of {path} wider than {CODE_COLUMN} characters: {too_wide}"
-    assert len(shown) <= MAX_LISTING_LINES, (
-        f"{docname}: the listing of {options.get('pyobject', path)} is {len(shown)} lines, more than "
-        f"{MAX_LISTING_LINES}: show the constructor and forward as separate blocks, or move what is not "
-        "the computation (checks, conversions) out of the class")
-    name = options.get("pyobject", "")
-    source = (source_of(docname).parent / path).read_text(encoding="utf-8")
-    if re.search(rf"^class {re.escape(name)}\b", source, re.MULTILINE):
-        assert shown[0].startswith(f"class {name}"), f"{docname}: the listing of {name} does not start at its class line"
+@pytest.mark.parametrize("docname, call, listing", LISTINGS, ids=[f"{n}:{c[:60]}" for n, c, _ in LISTINGS])
+def test_a_listing_is_short_starts_at_its_class_and_fits_the_code_column(docname, call, listing):
+    too_wide = [line for line in listing.lines if len(line) > CODE_COLUMN]
+    assert not too_wide, f"{docname}: {call} shows lines wider than {CODE_COLUMN} characters: {too_wide}"
+    assert len(listing.lines) <= MAX_LISTING_LINES, (
+        f"{docname}: {call} is {len(listing.lines)} lines, more than {MAX_LISTING_LINES}: show the constructor "
+        "and forward as separate listings, or move what is not the computation (checks, conversions) out of "
+        "the class")
+    if "members=" in call:
+        assert listing.lines[0].startswith("class "), f"{docname}: {call} does not start at its class line"
 
 
-def test_the_checks_see_a_listing_that_leaves_out_code_or_runs_long(tmp_path):
+@pytest.mark.parametrize("docname", NOTEBOOKS)
+def test_a_listing_cell_shows_its_output_not_its_input_and_stores_what_the_package_holds(docname):
+    """In the book the cell's input is removed; in Jupyter it is folded. Its stored output is the
+    listing as the package gives it today (in Markdown, highlighted, and as plain code)."""
+    for cell in _cells(docname):
+        assert "remove-input" in cell["metadata"].get("tags", []), f"{docname}: a listing cell without remove-input"
+        assert cell["metadata"].get("jupyter", {}).get("source_hidden"), f"{docname}: a listing cell shows its input"
+        markdown = "".join("".join(o.get("data", {}).get("text/markdown", "")) for o in cell["outputs"])
+        for call, listing in _shown(cell):
+            assert listing._repr_markdown_() in markdown, f"{docname}: the stored output of {call} is not the listing"
+
+
+def test_no_chapter_includes_source_with_a_directive_jupyter_cannot_show():
+    """A {literalinclude} shows only in the HTML; a chapter shows code with a listing cell."""
+    for docname in NOTEBOOKS:
+        notebook = json.loads(source_of(docname).read_text(encoding="utf-8"))
+        assert not any("{literalinclude}" in "".join(c["source"]) for c in notebook["cells"]), docname
+
+
+def test_the_checks_see_a_listing_that_leaves_out_code_or_runs_long(tmp_path, monkeypatch):
     """Guards the tests above: a selection that cuts a method's code is caught, and so is a long class."""
-    module = tmp_path / "m.py"
-    module.write_text('class A:\n    """Doc."""\n\n    def __init__(self):\n        self.x = 1\n\n'
-                      '    def forward(self):\n        """Doc."""\n        return 2\n\n    def other(self):\n'
-                      '        return 3\n', encoding="utf-8")
-    text, _ = LiteralIncludeReader(str(module), {"pyobject": "A", "lines": "1,4-5"},
-                                   SimpleNamespace(source_encoding="utf-8")).read()
-    shown = text.splitlines()
-    needed = _code_lines(module, "A", ("__init__", "forward"))
-    assert needed == ["    def __init__(self):", "        self.x = 1", "    def forward(self):", "        return 2"]
-    assert [line for line in needed if line not in shown] == ["    def forward(self):", "        return 2"]
-    assert "        return 3" not in needed  # a method beside the computation need not be shown
-    long_class = "class B:\n" + "".join(f"    x{i} = {i}\n" for i in range(MAX_LISTING_LINES))
-    (tmp_path / "b.py").write_text(long_class, encoding="utf-8")
-    text, _ = LiteralIncludeReader(str(tmp_path / "b.py"), {"pyobject": "B"}, SimpleNamespace(source_encoding="utf-8")).read()
-    assert len(text.splitlines()) > MAX_LISTING_LINES
+    import importlib
+    import sys
 
-
-@pytest.mark.parametrize("docname, path, options", LISTINGS, ids=[f"{n}:{o.get('pyobject', p)}" for n, p, o in LISTINGS])
-def test_the_jupyter_edition_shows_every_listing_as_the_book_does(docname, path, options):
-    """The student edition's Markdown holds each listing exactly as the book shows it (the class line,
-    :prepend:, every selected line), read by the same Sphinx reader."""
-    from mha_course.edition.jupyter_markdown import BookIndex, to_jupyter
-
-    jupyter = to_jupyter(markdown_of(docname), BookIndex(), source_of(docname).parent)
-    book = _read(docname, path, options).rstrip()
-    assert f"```{options.get('language', 'python')}\n{book}\n```" in jupyter, (
-        f"{docname}: the Jupyter edition's listing of {options.get('pyobject', path)} differs from the book's")
+    (tmp_path / "listed_module.py").write_text(
+        'class A:\n    """Doc."""\n\n    def __init__(self):\n        self.x = 1\n\n'
+        '    def forward(self):\n        """Doc."""\n        return 2\n\n    def other(self):\n'
+        '        return 3\n' + "class B:\n" + "".join(f"    x{i} = {i}\n" for i in range(MAX_LISTING_LINES)),
+        encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("listed_module")
+    try:
+        needed = _code_lines(module.A, ("__init__", "forward"))
+        assert needed == ["    def __init__(self):", "        self.x = 1", "    def forward(self):", "        return 2"]
+        shown = {line.strip() for line in show_source(module.A, members=("__init__",)).lines}
+        assert [line for line in needed if line.strip() not in shown] == ["    def forward(self):", "        return 2"]
+        assert "return 3" not in "\n".join(needed)  # a method beside the computation need not be shown
+        assert len(show_source(module.B).lines) > MAX_LISTING_LINES
+    finally:
+        sys.modules.pop("listed_module", None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -155,10 +161,10 @@ CHAPTER_3_MAX_LISTING_LINES = 46
 
 def _chapter_3_listing() -> str:
     docname = "book/03_batched_heads"
-    found = [options for path, options in _listings(docname)
-             if path == "../mha_course/attention/multihead.py" and options.get("pyobject") == "MultiHeadAttention"]
+    found = [listing for cell in _cells(docname) for call, listing in _shown(cell)
+             if call.startswith("show_source(MultiHeadAttention,")]
     assert len(found) == 1, f"{docname}: expected one listing of MultiHeadAttention, found {len(found)}"
-    return _read(docname, "../mha_course/attention/multihead.py", found[0])
+    return found[0].code
 
 
 def test_chapter_3_shows_multihead_attention_as_one_listing_whose_forward_calls_no_package_helper():
@@ -168,7 +174,7 @@ def test_chapter_3_shows_multihead_attention_as_one_listing_whose_forward_calls_
 
     listing = _chapter_3_listing().splitlines()
     assert len(listing) <= CHAPTER_3_MAX_LISTING_LINES, f"the listing is {len(listing)} lines"
-    source = (source_of("book/03_batched_heads").parent / "../mha_course/attention/multihead.py").read_text(encoding="utf-8")
+    source = inspect.getsource(multihead)
     tree = ast.parse(source)
     package_names = {alias.asname or alias.name for node in tree.body if isinstance(node, ast.ImportFrom)
                      and node.level > 0 for alias in node.names}
@@ -193,8 +199,6 @@ def test_exercise_3_5s_answer_is_chapter_3s_listing_but_for_what_the_page_names(
     """The answer differs from the listing only where the page says why: no decorators, no
     half-precision lines, no padding lines (chapter 9's), and ``register_buffer`` for
     ``register_causal_mask``."""
-    import json
-
     notebook = json.loads(source_of("book/03_batched_heads").read_text(encoding="utf-8"))
     answer = "\n".join("".join(c["source"]) for c in notebook["cells"]
                        if c["cell_type"] == "code" and "class BatchedHeads(" in "".join(c["source"]))

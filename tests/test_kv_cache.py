@@ -242,3 +242,68 @@ def test_a_moved_copy_of_the_layer_is_told_what_differs(move, message):
     with pytest.raises(ValueError, match=message):
         twin(x, cache=cache)
     assert len(cache) == 3
+
+
+def test_nbytes_is_the_bytes_of_the_keys_and_values_held():
+    gqa = _gqa(num_heads=4, num_kv_groups=2, head_dim=2)
+    cache = KVCache()
+    assert cache.nbytes == 0
+    gqa(random_batch(3, 5, 5), cache=cache)
+    assert cache.nbytes == 2 * 3 * 2 * 5 * 2 * 4  # keys and values: B x g x T x d_h float32 numbers
+    gqa.double()
+    cache64 = KVCache()
+    gqa(random_batch(3, 5, 5).double(), cache=cache64)
+    assert cache64.nbytes == 2 * cache.nbytes
+
+
+def test_other_layers_keep_other_tensors_by_name():
+    """A latent and a rotated key per token, as multi-head latent attention keeps them."""
+    cache = KVCache()
+    prompt = (torch.rand(2, 3, 16), torch.rand(2, 1, 3, 4))
+    latent, rotated = cache.extend(latent=prompt[0], rotated_key=prompt[1])
+    assert latent is prompt[0] and len(cache) == 3
+    step = (torch.rand(2, 1, 16), torch.rand(2, 1, 1, 4))
+    latent, rotated = cache.extend(latent=step[0], rotated_key=step[1])
+    assert torch.equal(latent, torch.cat([prompt[0], step[0]], dim=1))
+    assert torch.equal(rotated, torch.cat([prompt[1], step[1]], dim=2))
+    assert len(cache) == 4 and cache.keys is None and cache.nbytes == 4 * 2 * 4 * (16 + 4)
+    assert repr(cache) == "KVCache(4 positions, latent=(2, 4, 16), rotated_key=(2, 1, 4, 4))"
+    twin = copy.deepcopy(cache)
+    assert torch.equal(twin.tensors["latent"], latent) and twin.tensors["latent"] is not latent
+
+
+def test_a_state_is_replaced_not_grown_and_counted_in_nbytes():
+    cache = KVCache()
+    cache.extend(inputs=torch.rand(1, 3, 6))
+    cache.hold(state=torch.zeros(1, 2, 4, 4))
+    cache.hold(state=torch.ones(1, 2, 4, 4))
+    assert len(cache) == 3 and torch.equal(cache.states["state"], torch.ones(1, 2, 4, 4))
+    assert cache.nbytes == (3 * 6 + 2 * 4 * 4) * 4
+    with pytest.raises(ValueError, match=r"the cache holds state of shape \(1, 2, 4, 4\), the new state is of shape "
+                                         r"\(1, 2, 4, 5\)"):
+        cache.hold(state=torch.ones(1, 2, 4, 5))
+    with pytest.raises(TypeError, match=r"the cache holds torch\.float32 state but the new state is torch\.float64"):
+        cache.hold(state=torch.ones(1, 2, 4, 4, dtype=torch.float64))
+    twin = copy.deepcopy(cache)
+    assert torch.equal(twin.states["state"], cache.states["state"]) and twin.states["state"] is not cache.states["state"]
+    cache.reset()
+    assert cache.nbytes == 0 and repr(cache) == "KVCache(empty)"
+
+
+def test_tensors_that_do_not_fit_are_refused_before_anything_changes():
+    cache = KVCache()
+    cache.extend(latent=torch.rand(2, 3, 16), rotated_key=torch.rand(2, 3, 4))
+    with pytest.raises(ValueError, match=r"the cache holds latent, rotated_key, and the new tokens bring keys, values: "
+                                         r"the cache was filled by another kind of layer"):
+        cache.append(torch.rand(2, 1, 1, 4), torch.rand(2, 1, 1, 4))
+    with pytest.raises(ValueError, match=r"the new tensors must hold the same number of tokens .*"
+                                         r"\{'latent': 1, 'rotated_key': 2\}"):
+        cache.extend(latent=torch.rand(2, 1, 16), rotated_key=torch.rand(2, 2, 4))
+    with pytest.raises(ValueError, match=r"the cache holds latent of shape \(2, 3, 16\), the new latent is of shape "
+                                         r"\(2, 1, 8\)"):
+        cache.extend(latent=torch.rand(2, 1, 8), rotated_key=torch.rand(2, 1, 4))
+    with pytest.raises(ValueError, match=r"the cache holds rotated_key for a batch of 2 sequences"):
+        cache.extend(latent=torch.rand(2, 1, 16), rotated_key=torch.rand(1, 1, 4))
+    with pytest.raises(ValueError, match=r"latent must be a tensor \(batch, \.\.\., num_new, width\), got shape \(2,\)"):
+        cache.extend(latent=torch.rand(2), rotated_key=torch.rand(2, 1, 4))
+    assert len(cache) == 3 and cache.tensors["latent"].shape == (2, 3, 16)  # nothing changed

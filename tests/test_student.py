@@ -84,8 +84,10 @@ def _source_notebook() -> nbformat.NotebookNode:
 def test_notebook_drops_solution_wrappers_clears_outputs_keeps_the_rest():
     source = _source_notebook()
     student = student_notebook(source)
-    kinds = [c.source.splitlines()[0] for c in student.cells]
+    kinds = [next(line for line in c.source.splitlines() if not line.startswith("<a id=") and line)
+             for c in student.cells]
     assert kinds == ["### Exercise Double", "def double(x):", 'check("1.3", double)', "## Summary"]
+    assert student.cells[-1].source == '<a id="summary"></a>\n\n## Summary'  # where MyST's anchor is
     assert student.cells[0].source == "### Exercise Double\n\nDouble it."
     assert all(c.outputs == [] and c.execution_count is None for c in student.cells if c.cell_type == "code")
     assert student.cells[2].metadata["tags"] == ["keep-me"]
@@ -116,7 +118,7 @@ def test_solution_prose_and_every_solution_fence_are_dropped():
 def test_myst_becomes_plain_markdown_for_jupyter(tmp_path):
     module = tmp_path / "pkg.py"
     module.write_text("import torch\n\n\nclass Head:\n    def forward(self, x):\n        return x  # (B, T, d)\n", encoding="utf-8")
-    index = BookIndex(labels={"setup": "Set-up"}, docs={"glossary": "Glossary"})
+    index = BookIndex(labels={"setup": ("Set-up", "intro", "set-up")}, docs={"glossary": "Glossary"})
     text = "\n".join([
         "(my-target)=", "# Title",
         "A {term}`head`, a {term}`merged output <merge>`, see {ref}`setup`, the {doc}`glossary`, {math}`x^2`, $y$.",
@@ -126,8 +128,9 @@ def test_myst_becomes_plain_markdown_for_jupyter(tmp_path):
     ])
     assert to_jupyter(text, index, tmp_path).splitlines() == [
         "# Title",
-        "A head, a merged output, see Set-up, the Glossary, $x^2$, $y$.",
-        "`{term}` in code stays.", "", "> **Warning**", ">", "> Mind the d_out.", "",
+        "A [head](glossary.ipynb#term-head), a [merged output](glossary.ipynb#term-merge), see "
+        "[Set-up](intro.ipynb#set-up), the [Glossary](glossary.ipynb), $x^2$, $y$.",
+        "`{term}` in code stays.", "", "> **Warning**", ">", "> Mind the [d_out](glossary.ipynb#term-d_out).", "",
         "```python", "print('{term}`x`')", "```", "", "- item", "", "  > **Note**", "  >", "  > nested", "",
         # As the book shows it (Sphinx's reader): a method keeps its indentation unless :dedent: is given.
         "```python", "    def forward(self, x):", "        return x  # (B, T, d)", "```",
@@ -136,18 +139,24 @@ def test_myst_becomes_plain_markdown_for_jupyter(tmp_path):
 
 def test_references_resolve_to_the_titles_of_the_book():
     index = book_index(ROOT / "book")
-    assert index.labels["setup"] == "Set-up" and index.docs["glossary"] == "Glossary"
-    assert index.labels["ex-1-1"] == "Exercise 1.1 · Build the causal mask"
+    # a label is a heading's title, page and anchor (MyST's): what a link to it needs
+    assert index.labels["setup"] == ("Set-up", "intro", "set-up") and index.docs["glossary"] == "Glossary"
+    assert index.docs["01_one_causal_head"] == "1. One causal head"
 
 
 def test_citations_read_as_in_print_with_authors_and_years_from_the_bib_file():
     index = book_index(ROOT / "book")
     text = ("As {cite:t}`vaswani2017attention` wrote {cite:p}`vaswani2017attention`, after "
             "{cite:t}`raschka2024build` {cite}`shazeer2019fast`; see {cite:p}`voita2019analyzing,michel2019sixteen`.")
+    def cite(text, key):
+        return f"[{text}](references.ipynb#cite-{key})"
+
     assert to_jupyter(text, index) == (
-        "As Vaswani et al. (2017) wrote (Vaswani et al., 2017), after Raschka (2024) (Shazeer, 2019); "
-        "see (Voita et al., 2019; Michel et al., 2019).")
-    assert to_jupyter("{cite:t}`ainslie2023gqa`", index) == "Ainslie et al. (2023)"
+        f"As {cite('Vaswani et al. (2017)', 'vaswani2017attention')} wrote "
+        f"({cite('Vaswani et al., 2017', 'vaswani2017attention')}), after {cite('Raschka (2024)', 'raschka2024build')} "
+        f"({cite('Shazeer, 2019', 'shazeer2019fast')}); see ({cite('Voita et al., 2019', 'voita2019analyzing')}; "
+        f"{cite('Michel et al., 2019', 'michel2019sixteen')}).")
+    assert to_jupyter("{cite:t}`ainslie2023gqa`", index) == cite("Ainslie et al. (2023)", "ainslie2023gqa")
 
 
 def test_the_bib_reader_takes_surnames_and_years_however_they_are_written():
@@ -170,7 +179,8 @@ def test_the_bib_reader_takes_surnames_and_years_however_they_are_written():
     assert (works["nobody"].authors(), works["nobody"].year) == ("Anonymous", "n.d.")
     index = BookIndex(works=works)
     assert to_jupyter("{cite:t}`two` and {cite:p}`accents,missing`", index) == (
-        "Michel and Levy (2019) and (Ainslie et al., 2023; missing)")
+        "[Michel and Levy (2019)](references.ipynb#cite-two) and "
+        "([Ainslie et al., 2023](references.ipynb#cite-accents); missing)")
 
 
 def test_refuses_to_overwrite_then_force(tmp_path):
@@ -199,9 +209,8 @@ def test_book_option_copies_the_book_around_the_notebooks(tmp_path, monkeypatch)
     assert main(["student", "--book", "--out", str(out)]) == 0
     for name in ("_config.yml", "_toc.yml", "book/intro.md", "book/_ext/offline_mathjax.py"):
         assert (out / name).read_bytes() == (ROOT / name).read_bytes()
-    # The package source the chapters' listings include ({literalinclude} ../mha_course/...).
-    for name in ("mha_course/attention/causal_attention.py", "mha_course/attention/wrapper.py"):
-        assert (out / name).read_bytes() == (ROOT / name).read_bytes()
+    # The listings are cells that read the installed package: no copy of its source comes along.
+    assert not (out / "mha_course").exists()
     for chapter in CHAPTERS:
         text = (out / "book" / chapter.name).read_text(encoding="utf-8")
         assert BEGIN not in text and "{solution-start}" not in text
@@ -242,6 +251,7 @@ def test_no_solution_line_leaks(chapter):
     assert kept == [c.source for c in student.cells if c.cell_type == "code" and STUB not in c.source]
     book = student_notebook(source, chapter.name, book=True)
     prose = [c.source for c in source.cells if c.cell_type == "markdown" and not is_solution_markdown(c)]
+    assert all("<details" not in text for text in prose)
     assert prose == [c.source for c in book.cells if c.cell_type == "markdown"]
 
 
@@ -290,7 +300,7 @@ def _checked(notebook: nbformat.NotebookNode) -> list[str]:
 
 def _exercise_section(notebook: nbformat.NotebookNode) -> list:
     start = next(i for i, c in enumerate(notebook.cells)
-                 if c.cell_type == "markdown" and c.source.startswith("## Exercises"))
+                 if c.cell_type == "markdown" and "## Exercises" in c.source.splitlines())
     return notebook.cells[start:]
 
 
@@ -318,7 +328,7 @@ def test_exercises_come_last_so_stubs_cannot_break_the_chapter(chapter):
 def test_first_student_chapter_runs_top_to_bottom_every_check_waits_and_it_scores_0(tmp_path):
     # Graded as a learner's untouched notebook: it runs from its own folder, no cell raises, every
     # check prints "not implemented yet", and the grader agrees.
-    [path] = [p for p in write_student_edition(CHAPTERS[:1], tmp_path) if p.suffix == ".ipynb"]
+    [path] = [p for p in write_student_edition(CHAPTERS[:1], tmp_path) if p.name == CHAPTERS[0].name]
     report = grade_notebook(path)
     assert report.events == []
     number = chapter_number(path.name)
@@ -335,7 +345,8 @@ def test_later_chapters_exercise_sections_run_and_every_check_waits(tmp_path):
     # student edition changes is its exercise section, run here after the chapter's imports, all
     # chapters in one kernel to keep the test fast.
     cells = []
-    for path in (p for p in write_student_edition(CHAPTERS[1:], tmp_path) if p.suffix == ".ipynb"):
+    names = {chapter.name for chapter in CHAPTERS[1:]}  # the book's other pages are notebooks there too
+    for path in (p for p in write_student_edition(CHAPTERS[1:], tmp_path) if p.name in names):
         student = nbformat.read(path, as_version=4)
         imports = next(c for c in student.cells if c.cell_type == "code")
         cells += [imports, *_exercise_section(student)]
@@ -377,8 +388,9 @@ def test_lab_writes_what_is_missing_keeps_the_learners_work_and_serves_it(tmp_pa
                 time.sleep(0.3)
         assert listing is not None, f"JupyterLab did not answer: {lab.poll()=}"
         names = sorted(item["name"] for item in listing["content"])
-        # every page of the book that is a notebook (the chapters and the deep dive), and their data
-        assert names == sorted([*(p.name for p in (ROOT / "book").glob("*.ipynb")), "data"])
+        # every page of the book as a notebook (the chapters, the deep dive, the reference pages), and data
+        pages = [p.with_suffix(".ipynb").name for p in (ROOT / "book").glob("*.md")]
+        assert names == sorted([*(p.name for p in (ROOT / "book").glob("*.ipynb")), *pages, "data"])
         assert mine.read_bytes() == before
         assert all(any(STUB in c.source for c in nbformat.read(out / p.name, as_version=4).cells) for p in CHAPTERS[1:])
     finally:

@@ -90,3 +90,23 @@ def test_measure_reports_positive_median_and_rejects_bad_time():
     assert result.median > 0 and result.runs >= 1
     with pytest.raises(ValueError, match="min_run_time must be positive seconds, got 0"):
         timing.measure(torch.mm, torch.ones(2, 2), torch.ones(2, 2), min_run_time=0)
+
+
+def test_what_the_chapters_import_leaves_torchs_benchmark_unloaded():
+    """torch.utils.benchmark loads torch's C++ extension builder, which warns on stderr where a CUDA build of
+    torch finds a CUDA toolkit but no GPU (a stderr output that strict nbval refuses). The modules the
+    chapters import load it only when something is timed."""
+    import subprocess
+    import sys
+
+    modules = ["mha_course", "mha_course.compare", "mha_course.cost", "mha_course.display", "mha_course.plots",
+               "mha_course.tables", "mha_course.timing", "mha_course.reading", "mha_course.bench",
+               "mha_course.bench.results", "mha_course.bench.plots", "mha_course.bench.tiled",
+               "mha_course.bench.tiled_steps", "mha_course.experiments.specialisation"]
+    code = ("import importlib, sys\n"
+            f"for name in {modules!r}:\n    importlib.import_module(name)\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('torch.utils.benchmark', 'torch.utils.cpp_extension'))))\n"
+            "from mha_course.timing import measure\nimport torch\nmeasure(torch.mm, torch.ones(2, 2), torch.ones(2, 2), min_run_time=0.001)\n"
+            "print('torch.utils.benchmark' in sys.modules)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.split("\n")[:2] == ["[]", "True"], run.stdout

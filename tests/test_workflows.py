@@ -7,7 +7,8 @@ workflow files and check that:
   unless it calls a reusable workflow, each step one ``uses`` or one ``run``); which keys and events GitHub
   accepts is left to its own schema, which the pre-commit hook ``check-github-workflows`` applies;
 - every ``run`` step is a README command (``make test``, ``make test-package``, ``make book``,
-  ``make book-student``), except on Windows, which has no dependable ``make``: there the steps must be
+  ``make book-student``), a matrix job's naming its Python as the set-up page says
+  (``make test-package PYTHON=python${{ matrix.python }}``), except on Windows, which has no dependable ``make``: there the steps must be
   the Makefile's own recipe lines, with the virtual environment's Windows path;
 - every job pins a Python the README states (and ``pyproject.toml`` requires): a job without a matrix
   the oldest, the one the stored outputs come from; a matrix any of them. Every job caches pip's
@@ -294,7 +295,8 @@ def matrix_problems(workflows: dict[str, dict], makefile: str, versions: list[st
     for name, workflow in workflows.items():
         for job_id, job in jobs_of(workflow).items():
             lines = run_lines(job)
-            if not ({"make test", "make test-package"} & set(lines) or lines == windows):
+            if not ({"make test", "make test-package"} & {readme_command(line)[0] for line in lines}
+                    or lines == windows):
                 continue
             runs, _ = job_pythons(f"{name}: job {job_id!r}", job, versions)
             ran |= {(platform, version) for platform in PLATFORMS if platform in runner(job) for version in runs}
@@ -307,6 +309,23 @@ def matrix_problems(workflows: dict[str, dict], makefile: str, versions: list[st
 
 
 PLATFORMS = ("ubuntu", "macos", "windows")
+# A README command, which may name the interpreter for .venv as the set-up page says: `make test-package
+# PYTHON=python${{ matrix.python }}` in a job that sets up each Python of its matrix.
+COMMAND = re.compile(r"make ([\w-]+)(?: PYTHON=(python\$\{\{ matrix\.[\w-]+ \}\}|\S+))?")
+
+
+def readme_command(line: str) -> tuple[str | None, str | None]:
+    """``("make target", the PYTHON it names or None)``, or ``(None, None)`` if the line is no such command."""
+    found = COMMAND.fullmatch(line)
+    return (f"make {found.group(1)}", found.group(2)) if found else (None, None)
+
+
+def python_set_up(job: dict) -> str | None:
+    """The ``python-version`` the job's actions/setup-python step sets up, as written (``"3.11"`` or
+    ``"${{ matrix.python }}"``), or None."""
+    setups = [step for step in steps_of(job) if uses(step, "actions/setup-python")]
+    pinned = (setups[0].get("with") or {}).get("python-version") if len(setups) == 1 else None
+    return pinned if isinstance(pinned, str) else None
 
 
 def command_problems(workflows: dict[str, dict], makefile: str, readme: str) -> list[str]:
@@ -319,7 +338,7 @@ def command_problems(workflows: dict[str, dict], makefile: str, readme: str) -> 
         for job_id, job in jobs_of(workflow).items():
             where = f"{name}: job {job_id!r}"
             lines = run_lines(job)
-            if "windows" in runner(job) and not all(re.fullmatch(r"make [\w-]+", line) for line in lines):
+            if "windows" in runner(job) and not all(COMMAND.fullmatch(line) for line in lines):
                 if lines == windows:
                     ran.setdefault("make test-package", set()).add(runner(job))
                 else:
@@ -328,16 +347,23 @@ def command_problems(workflows: dict[str, dict], makefile: str, readme: str) -> 
                         f"Windows path: {windows}"
                     )
                 continue
+            pinned = python_set_up(job)
             for line in lines:
-                target = line.removeprefix("make ")
-                if not re.fullmatch(r"make [\w-]+", line):
+                command, python = readme_command(line)
+                target = (command or "").removeprefix("make ")
+                if command is None:
                     problems.append(f"{where} runs `{line}`: a workflow step is a README command (`make ...`)")
                 elif target not in rules:
                     problems.append(f"{where} runs `{line}`, but the Makefile has no target {target!r}")
-                elif not re.search(rf"{re.escape(line)}(?![\w-])", readme):
+                elif not re.search(rf"{re.escape(command)}(?![\w-])", readme):
                     problems.append(f"{where} runs `{line}`, which the README does not mention")
+                elif pinned is not None and MATRIX_KEY.match(pinned) and python != f"python{pinned}":
+                    problems.append(f"{where} runs `{line}` for each Python of its matrix: pick it as the set-up "
+                                    f"page says, `{command} PYTHON=python{pinned}`")
+                elif python is not None and python != f"python{pinned}":
+                    problems.append(f"{where} runs `{line}`, naming another Python than the {pinned!r} it sets up")
                 else:
-                    ran.setdefault(line, set()).add(runner(job))
+                    ran.setdefault(command, set()).add(runner(job))
     for command, platform in [
         ("make test", "ubuntu"), ("make test-package", "macos"), ("make test-package", "windows"),
         ("make book", "ubuntu"), ("make book-student", "ubuntu"),
@@ -481,20 +507,56 @@ def test_the_readme_badges_name_workflows_that_exist():
     assert sorted(set(badges)) == sorted(WORKFLOW_FILES)
 
 
+def make_dry_run(target: str, variables: dict[str, str]) -> subprocess.CompletedProcess:
+    """What ``make -n -B target NAME=value ...`` prints, in an environment that sets none of the Makefile's
+    variables and is no sub-make's: make and the reader are then told exactly the same things."""
+    own = set(VARIABLES) | {"MAKEFLAGS", "MAKELEVEL", "MFLAGS"}
+    env = {name: value for name, value in os.environ.items() if name not in own}
+    return subprocess.run(
+        ["make", "--no-print-directory", "-n", "-B", target, *(f"{k}={v}" for k, v in variables.items())],
+        cwd=REPO, env=env, capture_output=True, text=True, check=False,
+    )
+
+
 @pytest.mark.skipif(
     shutil.which("make") is None or sys.platform == "win32",
     reason="needs make (Windows runs the Makefile's recipe without it)",
 )
-def test_the_makefile_reader_agrees_with_make():
-    """The checks above stand on this reader: its view of ``make test-package`` is what make runs."""
-    env = {name: value for name, value in os.environ.items() if name not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
-    make = subprocess.run(
-        ["make", "--no-print-directory", "-n", "-B", "test-package"],
-        cwd=REPO, env=env, capture_output=True, text=True, check=False,
-    )
+@pytest.mark.parametrize("given", [{}, {"PYTHON": "/opt/pythons/python3.13"}, {"PYTHON": "python3.12"}],
+                         ids=["as-is", "PYTHON=path", "PYTHON=name"])
+def test_the_makefile_reader_agrees_with_make(given):
+    """The checks above stand on this reader: its view of ``make test-package`` is what make runs, also when
+    a user picks the interpreter on the command line as CONTRIBUTING and the set-up page say."""
+    make = make_dry_run("test-package", given)
     printed = [line for line in make.stdout.splitlines() if not line.startswith(("echo ", "touch "))]
     assert make.returncode == 0, make.stderr
-    assert printed == [*RULES[VARIABLES["STAMP"]], *RULES["test-package"]]
+    variables, rules = read_makefile(MAKEFILE, given)
+    assert printed == [*rules[variables["STAMP"]], *rules["test-package"]]
+    if given:
+        assert f"{given['PYTHON']} -m venv .venv" in printed
+
+
+@pytest.mark.skipif(shutil.which("make") is None or sys.platform == "win32", reason="needs make")
+def test_the_makefile_reader_test_fails_when_the_reader_is_told_less_than_make():
+    """The comparison above can fail: a reader left unaware of a command-line PYTHON disagrees with make."""
+    make = make_dry_run("test-package", {"PYTHON": "python3.12"})
+    printed = [line for line in make.stdout.splitlines() if not line.startswith(("echo ", "touch "))]
+    variables, rules = read_makefile(MAKEFILE)
+    assert printed != [*rules[variables["STAMP"]], *rules["test-package"]]
+
+
+@pytest.mark.skipif(shutil.which("make") is None or sys.platform == "win32", reason="needs make")
+def test_the_suite_passes_under_a_command_line_python(tmp_path):
+    """``make test PYTHON=python3.13`` runs pytest with PYTHON (and MAKEFLAGS) in its environment: this file's
+    own tests, run that way, still pass (the documented way to pick a supported Python)."""
+    env = {**os.environ, "PYTHON": "python3.13", "MAKEFLAGS": " -- PYTHON=python3.13", "MAKELEVEL": "1"}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", str(Path(__file__)),
+         "-k", "makefile_reader_agrees", "--rootdir", str(REPO), "-o", "addopts="],
+        cwd=tmp_path, env=env, capture_output=True, text=True, check=False,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "3 passed" in run.stdout, run.stdout[-1000:]
 
 
 # --------------------------------------------------------------------------------------------
@@ -504,7 +566,7 @@ def test_the_makefile_reader_agrees_with_make():
 def _job(workflows, file, runs):
     """The job of ``file`` whose run steps include ``runs``, or whose runner label contains it."""
     for job in jobs_of(workflows[file]).values():
-        if runs in run_lines(job) or runs in runner(job):
+        if runs in {readme_command(line)[0] or line for line in run_lines(job)} or runs in runner(job):
             return job
     raise KeyError(runs)
 
@@ -574,6 +636,21 @@ DRIFTS = {
         lambda w: steps_of(_job(w, "test.yml", "windows"))[-1].update(
             {"run": ".venv/Scripts/python -m pytest mha_course tests"}),
         "not the Makefile's set-up and `test-package` recipe",
+    ),
+    "a matrix job that leaves the Python to python3": (
+        lambda w: _replace_run(_job(w, "test.yml", "macos"), "make test-package PYTHON=python${{ matrix.python }}",
+                               "make test-package"),
+        "pick it as the set-up page says, `make test-package PYTHON=python${{ matrix.python }}`",
+    ),
+    "a matrix job that names another Python": (
+        lambda w: _replace_run(_job(w, "test.yml", "macos"), "make test-package PYTHON=python${{ matrix.python }}",
+                               "make test-package PYTHON=python3.11"),
+        "pick it as the set-up page says",
+    ),
+    "a job that names a Python it does not set up": (
+        lambda w: _replace_run(_job(w, "test.yml", "make test-each"), "make test-each",
+                               "make test-each PYTHON=python3.13"),
+        "naming another Python than the '3.11' it sets up",
     ),
     "a job without runs-on": (
         lambda w: _job(w, "publish.yml", "make book").pop("runs-on"),

@@ -6,9 +6,13 @@ recomputing them for the whole prefix at every step, a layer keeps them in a :cl
 computes keys and values for the new tokens only. Queries are not cached: each step needs only the
 new tokens' queries.
 
-The cache holds ``(B, g, T_cached, d_h)`` keys and values, where ``g`` is the number of key/value
-heads of the layer (``num_kv_groups`` of :class:`GroupedQueryAttention`), so sharing key/value
-heads across query heads shrinks it by ``num_heads / num_kv_groups``.
+:class:`GroupedQueryAttention` keeps ``(B, g, T_cached, d_h)`` keys and values, where ``g`` is the
+number of key/value heads of the layer (``num_kv_groups``), so sharing key/value heads across query
+heads shrinks the cache by ``num_heads / num_kv_groups``. Other layers keep other tensors under
+other names, one row per position on the second-to-last axis: multi-head latent attention keeps one
+small latent and one rotated key per token (:meth:`KVCache.extend`); a layer with a recurrent state
+keeps a tensor that does not grow at all (:meth:`KVCache.hold`). :attr:`KVCache.nbytes` measures
+what any of them holds.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import torch
 
 
 class KVCache:
-    """The keys and values of the positions one attention layer has seen, for one batch of sequences.
+    """What one attention layer keeps of the positions it has seen, for one batch of sequences.
 
     Pass the same cache to every call of the layer while a sequence grows: the layer appends the new
     tokens' keys and values, and its queries attend to every cached position plus the causal part of
@@ -34,8 +38,12 @@ class KVCache:
     cache copies the keys and values without that history.
 
     Attributes:
-        keys: ``(batch, num_kv_groups, num_cached, head_dim)`` tensor, or ``None`` while empty.
-        values: the same for values.
+        tensors: what the cache holds per position, by name: ``{"keys": ..., "values": ...}`` for
+            :class:`GroupedQueryAttention`, each ``(batch, ..., num_cached, width)``.
+        states: tensors of a fixed size, by name (a recurrent layer's state), empty for attention.
+        keys: ``tensors["keys"]``, ``(batch, num_kv_groups, num_cached, head_dim)``, or ``None``
+            while empty; ``values`` the same for values.
+        nbytes: the bytes of every tensor the cache holds.
 
     Example:
         >>> from mha_course import GroupedQueryAttention
@@ -45,6 +53,8 @@ class KVCache:
         >>> prompt = gqa(x[:, :3], cache=cache)  # three tokens at once
         >>> len(cache), tuple(cache.keys.shape)  # (B, g, T_cached, d_h)
         (3, (1, 2, 3, 2))
+        >>> cache.nbytes  # keys and values: 2 x 1 x 2 x 3 x 2 float32 numbers of 4 bytes
+        96
         >>> step = gqa(x[:, 3:4], cache=cache)  # then one token at a time
         >>> torch.allclose(step, gqa(x[:, :4])[:, 3:], atol=1e-6)  # as if the prefix were recomputed
         True
@@ -54,12 +64,37 @@ class KVCache:
     """
 
     def __init__(self) -> None:
-        self.keys: torch.Tensor | None = None
-        self.values: torch.Tensor | None = None
+        self.tensors: dict[str, torch.Tensor] = {}  # name -> (B, ..., T_cached, width)
+        self.states: dict[str, torch.Tensor] = {}  # name -> a tensor that does not grow
         self._layer: weakref.ref | None = None  # the layer that fills the cache
 
+    # GroupedQueryAttention's keys and values under their own names (None while empty)
+    keys = property(lambda self: self.tensors.get("keys"),
+                    lambda self, keys: self._put("keys", keys))
+    values = property(lambda self: self.tensors.get("values"),
+                      lambda self, values: self._put("values", values))
+
+    def _put(self, name: str, tensor: torch.Tensor | None) -> None:
+        """Set (or, with ``None``, drop) what the cache holds under ``name``."""
+        if tensor is None:
+            self.tensors.pop(name, None)
+        else:
+            self.tensors[name] = tensor
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the tensors the cache holds: what it costs in memory, measured, not counted.
+
+        Example:
+            >>> cache = KVCache()
+            >>> _ = cache.extend(latent=torch.rand(2, 5, 16), rotated_key=torch.rand(2, 5, 4))
+            >>> cache.nbytes == 2 * 5 * (16 + 4) * 4  # batch x tokens x widths x bytes per float32
+            True
+        """
+        return sum(t.nbytes for t in [*self.tensors.values(), *self.states.values()])
+
     def __deepcopy__(self, memo: dict) -> KVCache:
-        """A copy that owns copies of the keys and values, for the same layer.
+        """A copy that owns copies of the tensors, for the same layer.
 
         When the layer is copied in the same deep copy, and before the cache (a model that holds its
         layers and then its caches, or ``copy.deepcopy((layer, cache))``), the copy serves the
@@ -80,16 +115,15 @@ class KVCache:
         layer = self._layer  # the same layer, unless that layer is being copied too: then its copy
         if owner is not None and id(owner) in memo:
             layer = weakref.ref(memo[id(owner)])
-        keys, values = self.keys, self.values
-        if keys is not None:
-            keys, values = keys.detach().clone(), values.detach().clone()
         twin = KVCache.__new__(KVCache)
         memo[id(self)] = twin
-        twin.__setstate__({**self.__dict__, "keys": keys, "values": values, "_layer": layer})
+        copied = {name: {key: t.detach().clone() for key, t in getattr(self, name).items()}
+                  for name in ("tensors", "states")}
+        twin.__setstate__({**self.__dict__, **copied, "_layer": layer})
         return twin
 
     def __getstate__(self) -> dict:
-        """What pickling keeps: the keys and values, not the layer (a weak reference cannot be pickled).
+        """What pickling keeps: the tensors, not the layer (a weak reference cannot be pickled).
 
         An unpickled cache belongs to no layer: the first layer that calls it owns it, as with a new
         cache, and should be the layer (or the copy of the layer) that filled it.
@@ -110,25 +144,27 @@ class KVCache:
 
     def __len__(self) -> int:
         """How many positions the cache holds (0 when empty)."""
-        return 0 if self.keys is None else self.keys.shape[2]
+        return next((t.shape[-2] for t in self.tensors.values()), 0)
 
     def __repr__(self) -> str:
-        if self.keys is None:
+        if not self.tensors and not self.states:
             return "KVCache(empty)"
-        batch, groups, _, head_dim = self.keys.shape
-        return f"KVCache({len(self)} positions, batch={batch}, kv_heads={groups}, head_dim={head_dim})"
+        if self.tensors.keys() == {"keys", "values"} and not self.states:  # GroupedQueryAttention's
+            batch, groups, _, head_dim = self.keys.shape
+            return f"KVCache({len(self)} positions, batch={batch}, kv_heads={groups}, head_dim={head_dim})"
+        held = ", ".join(f"{name}={tuple(t.shape)}" for name, t in [*self.tensors.items(), *self.states.items()])
+        return f"KVCache({len(self)} positions, {held})"
 
     def reset(self) -> None:
         """Empty the cache, to start a new sequence (or batch of sequences)."""
-        self.keys = None
-        self.values = None
+        self.tensors, self.states = {}, {}
         self._layer = None
 
-    def start(self, layer, num_new: int, context_length: int) -> int:
+    def start(self, layer, num_new: int, context_length: int | None) -> int:
         """Where ``layer``'s ``num_new`` new tokens start: the number of positions already cached.
 
         Called by the attention layer before it appends. The first layer to call it on an empty
-        cache owns the cache until :meth:`reset`.
+        cache owns the cache until :meth:`reset`. ``context_length=None`` sets no limit.
 
         Raises:
             ValueError: if another layer filled the cache, or the cached and the new positions
@@ -155,7 +191,7 @@ class KVCache:
                 "KVCache(). Make one per layer, e.g. caches = [KVCache() for _ in layers], or call "
                 "cache.reset() to start a new sequence with this layer."
             )
-        if len(self) + num_new > context_length:
+        if context_length is not None and len(self) + num_new > context_length:
             raise ValueError(
                 f"the cache holds {len(self)} positions and x adds {num_new} more, {len(self) + num_new} "
                 f"in all, but the module was built with context_length={context_length}, so its "
@@ -168,20 +204,20 @@ class KVCache:
     def _what_differs(self, layer) -> str:
         """``", in float32 on cpu, where this layer's weights are float64"``, or ``""`` if neither differs."""
         weight = next(layer.parameters(), None) if isinstance(layer, torch.nn.Module) else None
-        if weight is None or self.keys is None:
+        held = next(iter([*self.tensors.values(), *self.states.values()]), None)
+        if weight is None or held is None:
             return ""
-        held = (self.keys.dtype, self.keys.device)
-        if (weight.dtype, weight.device) == held:
+        if (weight.dtype, weight.device) == (held.dtype, held.device):
             return ""
-        return (f", in {held[0]} on {held[1]}, where this layer's weights are {weight.dtype} on {weight.device} "
-                "(a copy of a layer moved with .to() is another layer, whose keys would differ)")
+        return (f", in {held.dtype} on {held.device}, where this layer's weights are {weight.dtype} on "
+                f"{weight.device} (a copy of a layer moved with .to() is another layer, whose keys would differ)")
 
     def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Add the new tokens' keys and values; return all keys and values held, old then new.
 
-        Called by the attention layer itself. Both arguments are ``(batch, num_kv_groups,
-        num_new, head_dim)``; the result is ``(batch, num_kv_groups, len(self), head_dim)`` after
-        the append.
+        Called by :class:`GroupedQueryAttention` itself. Both arguments are ``(batch,
+        num_kv_groups, num_new, head_dim)``; the result is ``(batch, num_kv_groups, len(self),
+        head_dim)`` after the append. It is :meth:`extend` under the names ``keys`` and ``values``.
 
         Raises:
             ValueError: if the new keys do not fit what the cache holds (another batch size, number
@@ -195,18 +231,6 @@ class KVCache:
             >>> tuple(keys.shape), len(cache)
             ((2, 1, 4, 4), 4)
         """
-        self._check(keys, values)
-        if self.keys is None:
-            self.keys, self.values = keys, values
-        else:
-            # Concatenation copies the whole cache at every step: simple, and
-            # small next to recomputing the keys and values of the prefix.
-            # (B, g, T_cached + T_new, d_h) each:
-            self.keys = torch.cat([self.keys, keys], dim=2)
-            self.values = torch.cat([self.values, values], dim=2)
-        return self.keys, self.values
-
-    def _check(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         for name, t in (("keys", keys), ("values", values)):
             if not isinstance(t, torch.Tensor) or t.dim() != 4:
                 got = f"shape {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
@@ -216,35 +240,113 @@ class KVCache:
                 f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must have the same shape "
                 "(batch, num_kv_groups, num_new, head_dim)."
             )
-        if self.keys is None:
-            return
-        batch, groups, _, head_dim = self.keys.shape
-        if keys.shape[0] != batch:
+        return self.extend(keys=keys, values=values)
+
+    def extend(self, **new: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Add the new tokens' tensors, by name; return everything held under those names, old then new.
+
+        Each tensor is ``(batch, ..., num_new, width)``: one row per new token on its second-to-last
+        axis, where the cached rows are joined. A layer passes the same names at every call, e.g.
+        ``cache.extend(latent=..., rotated_key=...)``.
+
+        Raises:
+            ValueError: if a new tensor does not fit what the cache holds under its name (another
+                batch size, shape, device, or a name the cache does not hold), or the new tensors
+                differ in their number of tokens.
+            TypeError: if its dtype differs from the cached one's.
+
+        Example:
+            >>> cache = KVCache()
+            >>> latent, rotated = cache.extend(latent=torch.rand(2, 3, 16), rotated_key=torch.rand(2, 3, 4))
+            >>> latent, rotated = cache.extend(latent=torch.rand(2, 1, 16), rotated_key=torch.rand(2, 1, 4))
+            >>> tuple(latent.shape), tuple(rotated.shape), len(cache)
+            ((2, 4, 16), (2, 4, 4), 4)
+        """
+        self._check(new)
+        for name, tensor in new.items():
+            if name in self.tensors:
+                # Concatenation copies the whole cache at every step: simple,
+                # and small next to recomputing the keys and values of the
+                # prefix. (B, ..., T_cached + T_new, width):
+                tensor = torch.cat([self.tensors[name], tensor], dim=-2)
+            self.tensors[name] = tensor
+        return tuple(self.tensors[name] for name in new)
+
+    def hold(self, **state: torch.Tensor) -> None:
+        """Keep tensors of a fixed size, by name, in place of those held before (a recurrent state).
+
+        A layer that summarises its past in a state of fixed size, rather than in one row per
+        position, stores the state after each call here; the cache's length still counts the
+        positions of :meth:`extend`.
+
+        Raises:
+            ValueError: if a state does not fit the one held under its name (shape or device).
+            TypeError: if its dtype differs from the held one's.
+
+        Example:
+            >>> cache = KVCache()
+            >>> cache.hold(state=torch.zeros(2, 4, 8, 8))
+            >>> cache.hold(state=torch.ones(2, 4, 8, 8))  # replaced, not grown
+            >>> cache.nbytes == 2 * 4 * 8 * 8 * 4
+            True
+        """
+        for name, tensor in state.items():
+            if not isinstance(tensor, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}.")
+            held = self.states.get(name)
+            self._fits(name, tensor, held, None if held is None else held.shape)
+        self.states.update(state)
+
+    def _check(self, new: dict[str, torch.Tensor]) -> None:
+        """Refuse new tensors that do not fit each other or what the cache holds, before changing anything."""
+        for name, t in new.items():
+            if not isinstance(t, torch.Tensor) or t.dim() < 2:
+                got = f"shape {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ValueError(f"{name} must be a tensor (batch, ..., num_new, width), got {got}.")
+        counts = {name: t.shape[-2] for name, t in new.items()}
+        if len(set(counts.values())) > 1:
+            raise ValueError(f"the new tensors must hold the same number of tokens (their second-to-last "
+                             f"axis), got {counts}.")
+        if self.tensors and self.tensors.keys() != new.keys():
             raise ValueError(
-                f"the cache holds keys for a batch of {batch} sequences, but the new tokens come in a "
-                f"batch of {keys.shape[0]} (x.shape[0]). A cache serves one batch of sequences: call "
+                f"the cache holds {', '.join(self.tensors)}, and the new tokens bring {', '.join(new)}: "
+                "the cache was filled by another kind of layer. Give each attention layer its own KVCache()."
+            )
+        for name, t in new.items():
+            held = self.tensors.get(name)
+            self._fits(name, t, held, None if held is None else (*held.shape[:-2], t.shape[-2], held.shape[-1]))
+
+    def _fits(self, name: str, new: torch.Tensor, held: torch.Tensor | None, shape) -> None:
+        """Refuse ``new`` unless it has ``held``'s batch, ``shape``, device and dtype."""
+        if held is None:
+            return
+        are = "are" if name.endswith("s") else "is"  # "the new keys are", "the new state is"
+        if new.shape[0] != held.shape[0]:
+            raise ValueError(
+                f"the cache holds {name} for a batch of {held.shape[0]} sequences, but the new tokens come in "
+                f"a batch of {new.shape[0]} (x.shape[0]). A cache serves one batch of sequences: call "
                 "cache.reset() before starting another, or give each batch its own KVCache()."
             )
-        if (keys.shape[1], keys.shape[3]) != (groups, head_dim):
+        if tuple(new.shape) != tuple(shape):
             raise ValueError(
-                f"the cache holds {groups} key/value heads of width {head_dim}, the new keys have "
-                f"{keys.shape[1]} of width {keys.shape[3]}: the cache was filled by another layer. "
-                "Give each attention layer its own KVCache()."
+                f"the cache holds {name} of shape {tuple(held.shape)}, the new {name} {are} of shape "
+                f"{tuple(new.shape)}: the cache was filled by another layer. Give each attention layer its "
+                "own KVCache()."
             )
-        if keys.device != self.keys.device:
+        if new.device != held.device:
             raise ValueError(
-                f"the cache is on {self.keys.device} but the new keys are on {keys.device}: the module "
+                f"the cache is on {held.device} but the new {name} {are} on {new.device}: the module "
                 "moved since the cache was filled. Call cache.reset() and run the sequence again."
             )
-        if keys.dtype != self.keys.dtype:
+        if new.dtype != held.dtype:
             raise TypeError(
-                f"the cache holds {self.keys.dtype} keys but the new keys are {keys.dtype}: the module "
+                f"the cache holds {held.dtype} {name} but the new {name} {are} {new.dtype}: the module "
                 "changed dtype since the cache was filled. Call cache.reset() and run the sequence "
                 "again."
             )
 
 
-def cache_start(cache: KVCache | None, layer, num_new: int, context_length: int) -> int:
+def cache_start(cache: KVCache | None, layer, num_new: int, context_length: int | None) -> int:
     """The position of ``layer``'s first new token: 0 without a cache, else :meth:`KVCache.start`.
 
     Raises:

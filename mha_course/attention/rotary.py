@@ -46,7 +46,8 @@ def inverse_frequencies(head_dim: int, rope_theta: float) -> torch.Tensor:
         >>> inverse_frequencies(4, 10000.0)
         tensor([1.0000, 0.0100])
     """
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
+    pairs = torch.arange(0, head_dim, 2, dtype=torch.int64).float()  # 0, 2, ...
+    exponents = pairs / head_dim
     return 1.0 / (rope_theta**exponents)
 
 
@@ -100,10 +101,13 @@ class RotaryEmbedding(nn.Module):
         self.head_dim, self.rope_theta = head_dim, float(rope_theta)
         self.register_buffer("inv_freq", inverse_frequencies(head_dim, self.rope_theta))
 
-    def cos_sin(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def cos_sin(self, position_ids: torch.Tensor,
+                dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """``cos`` and ``sin`` of every angle, ``(B, T, head_dim)`` each, computed in float32."""
-        angles = position_ids[..., None].float() * self.inv_freq.float()  # (B, T, d_h / 2)
-        angles = torch.cat((angles, angles), dim=-1)  # (B, T, d_h): pair i is i, i + d_h/2
+        # (B, T, d_h / 2): position times the angle per position of each pair
+        angles = position_ids[..., None].float() * self.inv_freq.float()
+        # (B, T, d_h): pair i is numbers i and i + d_h/2, one angle for both
+        angles = torch.cat((angles, angles), dim=-1)
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
     def forward(self, queries, keys, start: int, position_ids=None):
@@ -118,7 +122,8 @@ class RotaryEmbedding(nn.Module):
         else:
             validate_positions(position_ids, batch, num_new, queries)
         cos, sin = self.cos_sin(position_ids, queries.dtype)  # (B, T, d_h)
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, T, d_h): all heads
+        # (B, 1, T, d_h): the same angles for every head
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         return (queries * cos + rotate_half(queries) * sin,
                 keys * cos + rotate_half(keys) * sin)
 

@@ -103,7 +103,7 @@ def _length(config: BenchConfig, device: torch.device, settings: DecodeSettings)
     one_call, outputs = {}, {}
     for name, step in steps.items():  # the check is also the warm-up call
         one_call[name], outputs[name] = time_once(step)
-    cache_bytes = cache.keys.nbytes + cache.values.nbytes
+    cache_bytes = cache.nbytes
     timings = time_interleaved(steps, rounds=settings.rounds, min_run_time=settings.min_run_time,
                                call_seconds=one_call)
     b, t, d_in, d_out, h = config.batch, config.num_tokens, config.d_in, config.d_out, config.num_heads

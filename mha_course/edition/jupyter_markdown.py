@@ -9,16 +9,20 @@ this: a directive shows as a code block with its ``:label:`` lines, a role as ra
   fences nested in lists are read as CommonMark reads them) - :func:`blocks`;
 * turns MyST into plain Markdown for the student edition - :func:`to_jupyter`: an exercise becomes
   a heading with its number and title followed by its statement, an admonition a block quote, math
-  stays math (``$...$``), ``{term}``, ``{ref}`` and ``{doc}`` roles become their text (a reference
-  without text becomes the title it points at, from :func:`book_index`), ``{cite:t}`` and
-  ``{cite:p}`` become "Vaswani et al. (2017)" and "(Vaswani et al., 2017)" (authors and years from
-  the book's ``.bib`` file, :func:`read_bib`), and ``(label)=`` targets go.
+  stays math (``$...$``), ``{term}``, ``{ref}`` and ``{doc}`` roles become links to the pages'
+  notebooks (a reference without text reads the title it points at, from :func:`book_index`),
+  ``{cite:t}`` and ``{cite:p}`` become "Vaswani et al. (2017)" and "(Vaswani et al., 2017)"
+  linked to the References (authors and years from the book's ``.bib`` file, :func:`read_bib`),
+  links to a page ``page.md`` point at ``page.ipynb``, headings get the anchors MyST gives them,
+  and ``(label)=`` targets go;
+* writes what Sphinx generates on the reference pages (the glossary, the References list, the API
+  reference) as Markdown, through :mod:`mha_course.edition.pages`.
 
 Example:
     >>> print(to_jupyter("```{exercise} 1.1 · Build the mask\\n:label: ex-1-1\\n\\nUse the {term}`causal mask`.\\n```"))
     ### Exercise 1.1 · Build the mask
     <BLANKLINE>
-    Use the causal mask.
+    Use the [causal mask](glossary.ipynb#term-causal-mask).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..notebook_files import in_tool_folder
+from . import pages
+from .pages import citation_anchor, term_anchor
 from .bibliography import Work, author_year, read_bib
 
 # ``{name} argument`` in a fence's info string.
@@ -46,7 +52,7 @@ ADMONITIONS = {"note", "warning", "tip", "important", "caution", "attention", "d
                "seealso", "admonition"}
 SOLUTION_DIRECTIVES = {"solution", "solution-start", "solution-end"}
 # Directives that only mean something to Sphinx: dropped from the Jupyter edition with their body.
-_SPHINX_ONLY = {"glossary", "toctree", "bibliography", "tableofcontents", "index", "glue:figure", "raw"}
+_SPHINX_ONLY = {"toctree", "tableofcontents", "index", "glue:figure", "raw"}
 
 
 @dataclass
@@ -139,31 +145,84 @@ def directive_names(text: str) -> list[str]:
 
 @dataclass
 class BookIndex:
-    """Titles that ``{ref}`` and ``{doc}`` roles without their own text resolve to, and the works
-    that ``{cite}`` roles name (by BibTeX key)."""
+    """Where ``{ref}`` and ``{doc}`` roles point, and what they read without their own text, and
+    the works that ``{cite}`` roles name (by BibTeX key).
 
-    labels: dict[str, str] = field(default_factory=dict)
+    ``labels`` maps a label to its title, page and anchor (``""`` for the page's top); ``docs`` a
+    page (``book/glossary``'s ``glossary``) to its title.
+    """
+
+    labels: dict[str, tuple[str, str, str]] = field(default_factory=dict)
     docs: dict[str, str] = field(default_factory=dict)
     works: dict[str, Work] = field(default_factory=dict)
+    bib_files: list[Path] = field(default_factory=list)
 
 
 def _heading_text(line: str) -> str:
-    return _plain_roles(line.lstrip("#").strip(), BookIndex())
+    return plain_text(_plain_roles(line.lstrip("#").strip(), BookIndex()))
 
 
-def _index_markdown(text: str, index: BookIndex, doc: str) -> None:
+def plain_text(markdown: str) -> str:
+    """The text of one line of Markdown as a heading shows it: code spans and math by their content.
+
+    Example:
+        >>> plain_text("The class: `CausalAttention`, heads $d_h$ wide")
+        'The class: CausalAttention, heads d_h wide'
+    """
+    text = ""
+    for token in _parser().parseInline(re.sub(r"\$([^$]+)\$", r"\1", markdown))[0].children or []:
+        if token.type in ("text", "code_inline"):
+            text += token.content
+        elif token.type == "softbreak":
+            text += " "
+    return text
+
+
+def heading_anchors(text: str, used: dict[str, int] | None = None) -> list[tuple[int, int, str, str]]:
+    """The headings of Markdown ``text``: ``(line, level, title, anchor)`` each, the anchor as MyST
+    makes it (``myst_heading_anchors``): a Markdown link ``[...](page#anchor)`` points at it.
+    ``used`` counts the anchors already given on the page (a repeated title gets ``-1``, ``-2`` ...).
+
+    Example:
+        >>> heading_anchors("# Title\\n\\n## The head width $d_h$\\n\\n## Title")
+        [(0, 1, 'Title', 'title'), (2, 2, 'The head width d_h', 'the-head-width-'), (4, 2, 'Title', 'title-1')]
+    """
+    from myst_parser.mdit_to_docutils.base import default_slugify
+
+    used = {} if used is None else used
+    found = []
+    for token in _parser().parse(text):
+        if token.type != "heading_open" or token.map is None:
+            continue
+        line = token.map[0]
+        heading = _plain_roles(text.splitlines()[line].lstrip("#").strip(), BookIndex())
+        title = plain_text(heading)
+        # MyST's slug of the heading's text, which leaves its math out
+        anchor = default_slugify(plain_text(re.sub(r"\$[^$]+\$", "", heading)))
+        if anchor in used:
+            used[anchor] += 1
+            anchor = f"{anchor}-{used[anchor]}"
+        else:
+            used[anchor] = 0
+        found.append((line, int(token.tag[1]), title, anchor))
+    return found
+
+
+def _index_markdown(text: str, index: BookIndex, doc: str, used: dict[str, int]) -> None:
     lines = text.splitlines()
+    anchors = {line: (level, title, anchor) for line, level, title, anchor in heading_anchors(text, used)}
     for number, line in enumerate(lines):
         target = _TARGET.match(line)
         if target:
-            following = next((ln for ln in lines[number + 1:] if ln.strip()), "")
-            if following.startswith("#"):
-                index.labels.setdefault(target.group(1), _heading_text(following))
+            following = next((i for i in range(number + 1, len(lines)) if lines[i].strip()), None)
+            if following in anchors:
+                level, title, anchor = anchors[following]
+                index.labels.setdefault(target.group(1), (title, doc, "" if level == 1 else anchor))
         if line.startswith("# ") and doc not in index.docs:
             index.docs[doc] = _heading_text(line)
     for block in blocks(text):
         if isinstance(block, Fence) and block.name == "exercise" and "label" in block.options:
-            index.labels.setdefault(block.options["label"], f"Exercise {block.argument}".strip())
+            index.labels.setdefault(block.options["label"], (f"Exercise {block.argument}".strip(), doc, ""))
 
 
 def book_index(folder: Path) -> BookIndex:
@@ -174,10 +233,12 @@ def book_index(folder: Path) -> BookIndex:
         if in_tool_folder(path.relative_to(folder)):
             continue
         doc = path.relative_to(folder).with_suffix("").as_posix()
+        used: dict[str, int] = {}
         if path.suffix == ".bib":
             index.works.update(read_bib(path.read_text(encoding="utf-8")))
+            index.bib_files.append(path)
         elif path.suffix == ".md":
-            _index_markdown(path.read_text(encoding="utf-8"), index, doc)
+            _index_markdown(path.read_text(encoding="utf-8"), index, doc, used)
         elif path.suffix == ".ipynb":
             try:
                 cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
@@ -186,7 +247,7 @@ def book_index(folder: Path) -> BookIndex:
             for cell in cells:
                 if cell.get("cell_type") == "markdown":
                     source = cell.get("source", "")
-                    _index_markdown("".join(source) if isinstance(source, list) else source, index, doc)
+                    _index_markdown("".join(source) if isinstance(source, list) else source, index, doc, used)
     return index
 
 
@@ -194,32 +255,55 @@ def book_index(folder: Path) -> BookIndex:
 # MyST -> plain Markdown.
 
 
+#: Where a page of the book is in the Jupyter edition: every page is a notebook there.
+PAGE_SUFFIX = ".ipynb"
+
+
+def _link(text: str, page: str, anchor: str = "") -> str:
+    return f"[{text}]({page}{PAGE_SUFFIX}{'#' + anchor if anchor else ''})"
+
+
 def _role_text(name: str, content: str, index: BookIndex) -> str:
     if name == "math":
         return f"${content}$"
     explicit = _EXPLICIT.match(content)
     text, target = (explicit.group(1), explicit.group(2)) if explicit else (None, content)
-    if text:
-        return text
+    if name == "term":
+        return _link(text or target, "glossary", term_anchor(target))
     if name in ("ref", "numref"):
-        return index.labels.get(target, target)
+        title, page, anchor = index.labels.get(target, (target, "", ""))
+        return _link(text or title, page, anchor) if page else (text or title)
     if name == "doc":
-        return index.docs.get(target.strip("/").removesuffix(".md").removesuffix(".ipynb"), target)
+        page = target.strip("/").removesuffix(".md").removesuffix(".ipynb")
+        return _link(text or index.docs.get(page, page), page)
     if name.startswith("cite"):
         return _citation(name, target, index)
+    if text:
+        return text
     if name in ("sub", "sup"):
         return f"<{name}>{target}</{name}>"
     return target.lstrip("~!")
 
 
 def _citation(name: str, keys: str, index: BookIndex) -> str:
-    """A ``{cite}`` role as it reads in print: ``{cite:t}`` in the sentence, "Vaswani et al. (2017)";
-    any other (``{cite}``, ``{cite:p}``) in parentheses, "(Vaswani et al., 2017)". A key that the
-    book's ``.bib`` file does not hold shows as itself."""
+    """A ``{cite}`` role as it reads in print, linked to the References page: ``{cite:t}`` in the
+    sentence, "Vaswani et al. (2017)"; any other (``{cite}``, ``{cite:p}``) in parentheses,
+    "(Vaswani et al., 2017)". A key that the book's ``.bib`` file does not hold shows as itself."""
     works = [(key.strip(), index.works.get(key.strip())) for key in keys.split(",") if key.strip()]
     if name.split(":")[-1] in ("t", "ts", "ct", "cts"):
-        return ", ".join(f"{work.authors()} ({work.year})" if work else f"({key})" for key, work in works)
-    return "(" + "; ".join(author_year(work.surnames, work.year) if work else key for key, work in works) + ")"
+        return ", ".join(_link(f"{work.authors()} ({work.year})", "references", citation_anchor(key)) if work
+                         else f"({key})" for key, work in works)
+    return "(" + "; ".join(_link(author_year(work.surnames, work.year), "references", citation_anchor(key))
+                           if work else key for key, work in works) + ")"
+
+
+# A Markdown link to a page of the book (``glossary.md``, ``02_stacked_heads.ipynb#anchor``).
+_PAGE_LINK = re.compile(r"\]\((?!\w+:)([\w./-]+?)\.(?:md|ipynb)(#[^)\s]*)?\)")
+
+
+def _page_links(line: str) -> str:
+    """Links to the book's pages pointed at their notebooks in the Jupyter edition."""
+    return _PAGE_LINK.sub(lambda m: f"]({m.group(1)}{PAGE_SUFFIX}{m.group(2) or ''})", line)
 
 
 def _plain_roles(text: str, index: BookIndex) -> str:
@@ -227,7 +311,7 @@ def _plain_roles(text: str, index: BookIndex) -> str:
 
 
 def _prose(lines: list[str], index: BookIndex) -> list[str]:
-    return [_plain_roles(line, index) for line in lines if not _TARGET.match(line)]
+    return [_page_links(_plain_roles(line, index)) for line in lines if not _TARGET.match(line)]
 
 
 def _quote(title: str, body: str) -> str:
@@ -264,6 +348,14 @@ def _directive(fence: Fence, index: BookIndex, folder: Path | None) -> str | Non
         return f"{heading}\n\n{body}".rstrip()
     if name in SOLUTION_DIRECTIVES or name in _SPHINX_ONLY:
         return None
+    if name == "glossary":
+        body = (":sorted:\n" if "sorted" in fence.options else "") + fence.body
+        return pages.glossary_markdown(body, lambda text: to_jupyter(text, index, folder))
+    if name == "bibliography":
+        return "\n\n".join(pages.bibliography_markdown(path.read_text(encoding="utf-8"))
+                             for path in index.bib_files) or None
+    if name == "eval-rst":
+        return pages.api_markdown(fence.body) or None
     if name in ADMONITIONS:
         title = _plain_roles(fence.argument, index) if name == "admonition" and fence.argument else (
             "See also" if name == "seealso" else name.capitalize())
@@ -281,26 +373,33 @@ def _directive(fence: Fence, index: BookIndex, folder: Path | None) -> str | Non
     return (f"**{title}**\n\n{body}" if title else body).strip() or None
 
 
-def to_jupyter(text: str, index: BookIndex | None = None, folder: Path | None = None) -> str:
+def to_jupyter(text: str, index: BookIndex | None = None, folder: Path | None = None,
+               anchors: dict[str, int] | None = None) -> str:
     """Plain Markdown for Jupyter from the book's MyST Markdown ``text``.
 
     ``index`` resolves references without their own text; ``folder`` is where paths in
-    ``{literalinclude}`` directives start from (the source notebook's folder).
+    ``{literalinclude}`` directives start from (the source notebook's folder). With ``anchors``
+    (the anchors a page has given so far, shared by its cells), every heading gets the anchor
+    that MyST gives it, so a link ``page.ipynb#anchor`` finds it in Jupyter as in the book.
     """
     index = index or BookIndex()
     lines = text.splitlines()
+    if anchors is not None:
+        for line, _, _, anchor in reversed(heading_anchors(text, anchors)):
+            lines[line] = f'<a id="{anchor}"></a>\n\n{lines[line]}'
     out: list[str] = []
     for block in blocks(text):
         if isinstance(block, Prose):
-            out += _prose(lines[block.start:block.end], index)
+            out += _prose([part for line in lines[block.start:block.end] for part in line.split("\n")], index)
         elif block.name is None:
             out += lines[block.start:block.end]  # a code block: left exactly as written
         else:
             converted = _directive(block, index, folder)
             if converted is not None:
+                out.append("")  # a block of its own, never the end of the paragraph above
                 out += [f"{block.prefix}{line}" if line else block.prefix.rstrip() for line in converted.splitlines()]
     return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip("\n")
 
 
 __all__ = ["blocks", "directive_names", "to_jupyter", "book_index", "read_bib", "BookIndex", "Work", "Fence",
-           "Prose"]
+           "Prose", "heading_anchors", "plain_text", "term_anchor", "citation_anchor", "PAGE_SUFFIX"]

@@ -69,8 +69,9 @@ def main(args: argparse.Namespace) -> int:
     except (FileNotFoundError, SolutionMarkerError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    notebooks = [p for p in written if p.suffix == ".ipynb"]
-    kept = sorted(p.name for p in args.out.glob("*.ipynb") if p not in notebooks)
+    pages = {page.with_suffix(".ipynb").name for page in Path("book").glob("*.md")}
+    notebooks = [p for p in written if p.suffix == ".ipynb" and p.name not in pages]
+    kept = sorted(p.name for p in args.out.glob("*.ipynb") if p not in written and p.name not in pages)
     if notebooks:
         print(f"Wrote {len(notebooks)} chapter notebook(s) without solutions to {args.out}/.")
     if kept:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -87,15 +88,53 @@ def has_solution(cell) -> bool:
 
 
 def is_solution_markdown(cell) -> bool:
-    """True for a Markdown cell that holds a solution directive (``{solution}``, ``-start``, ``-end``)."""
-    return cell.cell_type == "markdown" and any(
-        name in SOLUTION_DIRECTIVES for name in jupyter_markdown.directive_names(cell.source))
+    """True for a Markdown cell that holds a solution directive (``{solution}``, ``-start``, ``-end``)
+    or a solution in prose (``<details class="solution">``)."""
+    return cell.cell_type == "markdown" and (bool(PROSE_SOLUTION.search(cell.source)) or any(
+        name in SOLUTION_DIRECTIVES for name in jupyter_markdown.directive_names(cell.source)))
+
+
+def _show_as_a_stub(cell) -> None:
+    """A solution cell's stub is for the learner to fill: shown, not folded away like the solution."""
+    tags = cell.metadata.get("tags", [])
+    if "hide-input" in tags:
+        tags.remove("hide-input")
+    for key in ("mystnb", "jupyter"):
+        cell.metadata.pop(key, None)
+
+
+def _as_the_book_shows_it(cell) -> None:
+    """Outputs cleared, and what the book hides hidden in Jupyter too: a cell the book removes
+    (``remove-cell``, its hidden assertions) is folded away, input and output; a cell whose input
+    the book folds (``hide-input``) or removes (``remove-input``) has its input folded. A
+    ``remove-input`` cell is a listing of the package's source: its output, that source, stays, so
+    the edition shows every listing before it is run."""
+    tags = cell.metadata.get("tags", [])
+    if "remove-input" not in tags:
+        cell.outputs = []
+    for output in cell.outputs:
+        if "execution_count" in output:
+            output["execution_count"] = None
+    cell.execution_count = None
+    cell.metadata.pop("execution", None)
+    jupyter = cell.metadata.get("jupyter", {})
+    if "remove-cell" in tags:
+        jupyter.update(source_hidden=True, outputs_hidden=True)
+    elif {"hide-input", "remove-input"} & set(tags):
+        jupyter["source_hidden"] = True
+    if jupyter:
+        cell.metadata["jupyter"] = jupyter
+
+
+#: A solution written as prose (an exercise answered in words), folded in the book.
+PROSE_SOLUTION = re.compile(r'<details class="solution">.*?</details>\s*', re.DOTALL)
 
 
 def _without_solutions(source: str, gated: bool) -> tuple[str, bool]:
     """A Markdown cell's source without its solutions; ``gated`` says whether the cell starts inside
     a gated solution (between ``{solution-start}`` and ``{solution-end}``). Returns the kept text and
     whether the cell ends inside one."""
+    source = PROSE_SOLUTION.sub("", source)
     lines = source.splitlines()
     kept: list[str] = []
     for block in jupyter_markdown.blocks(source):
@@ -124,13 +163,14 @@ def student_notebook(notebook: nbformat.NotebookNode, name: str = "notebook", bo
     student = copy.deepcopy(notebook)
     cells = []
     gated = False
+    anchors: dict[str, int] = {}  # the page's heading anchors so far, for the Jupyter edition's links
     for index_in_notebook, cell in enumerate(student.cells):
         if cell.cell_type == "markdown":
             source, gated = _without_solutions(cell.source, gated)
             if not source.strip():
                 continue
             if not book:
-                source = jupyter_markdown.to_jupyter(source, index, folder)
+                source = jupyter_markdown.to_jupyter(source, index, folder, anchors)
             if source != cell.source.strip("\n"):
                 cell.source = source
         elif cell.cell_type == "code":
@@ -139,11 +179,10 @@ def student_notebook(notebook: nbformat.NotebookNode, name: str = "notebook", bo
                     cell.source = student_source(cell.source)
                 except SolutionMarkerError as error:
                     raise SolutionMarkerError(f"{name}, cell {index_in_notebook + 1}: {error}") from None
+                _show_as_a_stub(cell)
             elif gated:
                 continue  # solution code without markers: never shown to the learner
-            cell.outputs = []
-            cell.execution_count = None
-            cell.metadata.pop("execution", None)
+            _as_the_book_shows_it(cell)
         cells.append(cell)
     if gated:
         raise SolutionMarkerError(f"{name}: a {{solution-start}} without its {{solution-end}}")
@@ -166,23 +205,35 @@ def _targets(notebooks: list[Path], out: Path, root: Path, book: bool) -> dict[P
     return targets
 
 
-def _included_files(notebooks: list[Path], out: Path, root: Path) -> dict[Path, Path]:
-    """The files the notebooks' ``{literalinclude}`` directives show (the package's source, for the
-    classes the chapters teach), and where they go in the book edition, at the same relative paths."""
-    files: dict[Path, Path] = {}
-    for path in notebooks:
-        for cell in nbformat.read(path, as_version=4).cells:
-            if cell.cell_type != "markdown":
-                continue
-            for block in jupyter_markdown.blocks(cell.source):
-                if isinstance(block, jupyter_markdown.Fence) and block.name == "literalinclude":
-                    included = (path.parent / block.argument).resolve()
-                    try:
-                        files.setdefault(included, out / included.relative_to(root.resolve()))
-                    except ValueError:
-                        raise ValueError(f"{path}: {{literalinclude}} {block.argument} is outside the "
-                                         f"book's root {root}.") from None
-    return files
+def page_notebook(text: str, index: BookIndex, folder: Path) -> nbformat.NotebookNode:
+    """A page of the book (``glossary.md``) as a notebook of Markdown for Jupyter, one cell per
+    section, so that the chapters' links to it (``glossary.ipynb#term-mask``) open it rendered."""
+    anchors: dict[str, int] = {}
+    sections, current = [], []
+    for block in jupyter_markdown.blocks(text):
+        lines = text.splitlines()[block.start:block.end]
+        if isinstance(block, jupyter_markdown.Prose):
+            for line in lines:
+                if line.startswith("## ") and any(part.strip() for part in current):
+                    sections.append(current)
+                    current = []
+                current.append(line)
+        else:
+            current += lines
+    sections.append(current)
+    cells = [nbformat.v4.new_markdown_cell(jupyter_markdown.to_jupyter("\n".join(part), index, folder, anchors))
+             for part in sections if any(line.strip() for line in part)]
+    return nbformat.v4.new_notebook(cells=cells, metadata={"language_info": {"name": "python"}})
+
+
+def _pages(notebooks: list[Path], out: Path) -> dict[Path, Path]:
+    """The book's other pages (``glossary.md``, ``notation.md`` ...) next to the notebooks, and
+    where their notebooks go in the Jupyter edition: the chapters link to them."""
+    pages: dict[Path, Path] = {}
+    for folder in sorted({path.parent for path in notebooks}):
+        for page in sorted(folder.glob("*.md")):
+            pages.setdefault(page, out / page.with_suffix(".ipynb").name)
+    return pages
 
 
 def _data_files(notebooks: list[Path], out: Path) -> dict[Path, Path]:
@@ -221,8 +272,8 @@ def write_student_edition(notebooks: list[Path], out: Path, force: bool = False,
         for path in sorted((root / "book").rglob("*")):
             if path.is_file() and path.suffix != ".ipynb" and not in_tool_folder(path.relative_to(root)):
                 extra[path] = out / path.relative_to(root)
-        extra.update(_included_files(notebooks, out, root))
     data = {} if book else _data_files(notebooks, out)
+    pages = {} if book else _pages(notebooks, out)
     existing = [t for t in [*targets.values(), *extra.values()] if t.exists()]
     if keep_existing and not force:
         targets = {source: target for source, target in targets.items() if not target.exists()}
@@ -232,13 +283,16 @@ def write_student_edition(notebooks: list[Path], out: Path, force: bool = False,
         raise FileExistsError(f"{len(existing)} file(s) already exist: {listed}. They may hold a learner's "
                               "work, so nothing was written. Choose another --out, or pass --force to "
                               "overwrite them.")
-    if not force:  # data files are the course's, not the learner's: only the missing ones are written
+    if not force:  # data files and pages are the course's, not the learner's: only the missing ones are written
         data = {source: target for source, target in data.items() if not target.exists()}
+        pages = {source: target for source, target in pages.items() if not target.exists()}
     # Convert everything before writing anything, so a broken notebook leaves no half-written edition.
     index = jupyter_markdown.book_index(root / "book") if (root / "book").is_dir() else BookIndex()
     converted = {target: student_notebook(nbformat.read(source, as_version=4), str(source), book=book,
                                           index=index, folder=source.parent)
                  for source, target in targets.items()}
+    converted.update({target: page_notebook(source.read_text(encoding="utf-8"), index, source.parent)
+                      for source, target in pages.items()})
     written = []
     for source, target in {**extra, **data}.items():
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -210,25 +210,30 @@ COLLECT = """() => {
     math_rendered: maths.filter((m) => m.querySelector("mjx-container")).length,
     math_errors: [...document.querySelectorAll("mjx-merror")].map((e) => e.getAttribute("data-mjx-error") || e.textContent),
     images: [...document.images].map((img) => [img.currentSrc || img.src, img.naturalWidth]),
-    exercises: document.querySelectorAll("article div.exercise").length,
+    exercises: [...document.querySelectorAll("article h3")].filter(
+      (h) => /^Exercise \d/.test(h.textContent.trim())).length,
   };
 }"""
 
 
 def _open_solutions(page) -> list[Solution]:
-    """Click every solution's toggle, as a reader would, and record whether it opened."""
+    """Click every solution's toggle, as a reader would, and record whether it opened. A solution
+    is a folded block whose button names its exercise: the code cell's (myst-nb's ``hide-input``,
+    its prompt "Solution to exercise 1.1") or a solution in prose (``<details class="solution">``)."""
     solutions = []
-    for element in page.locator("article div.solution").all():
-        label = element.locator(".admonition-title").first.inner_text().strip()
-        body = element.locator(":scope > section, :scope > :not(.admonition-title)").first
-        is_dropdown = "dropdown" in (element.get_attribute("class") or "")
-        hidden_at_first = not body.is_visible()
-        button = element.locator("button.toggle-button").first
-        if button.count():
-            button.scroll_into_view_if_needed()
-            button.click()
-            body.wait_for(state="visible", timeout=5_000)
-        shown = body.is_visible() and button.count() > 0 and button.get_attribute("aria-expanded") == "true"
+    for element in page.locator("article details").all():
+        summary = element.locator(":scope > summary").first
+        label = (summary.locator(".collapsed").first if summary.locator(".collapsed").count() else summary)
+        label = label.inner_text().strip()
+        if not label.startswith("Solution to exercise"):
+            continue  # a figure's or a table's folded code
+        body = element.locator(":scope > :not(summary)").first
+        is_dropdown = True  # a <details> element is folded until opened
+        hidden_at_first = not body.is_visible() and element.get_attribute("open") is None
+        summary.scroll_into_view_if_needed()
+        summary.click()
+        body.wait_for(state="visible", timeout=5_000)
+        shown = body.is_visible() and element.get_attribute("open") is not None
         solutions.append(Solution(label, is_dropdown, hidden_at_first, shown))
     # Back to the top, where a screenshot expects the page's sticky header.
     page.evaluate("() => window.scrollTo({left: 0, top: 0, behavior: 'instant'})")

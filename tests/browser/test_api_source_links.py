@@ -32,7 +32,7 @@ def test_a_source_link_opens_the_class_highlighted_offline(offline_page):
     open_page(page, page_file("book/api").as_uri())
     page.locator('a[href$="causal_attention.html#CausalAttention"]:has(> .viewcode-link)').first.click()
     page.wait_for_load_state("load")
-    assert page.url.endswith("_modules/mha_course/causal_attention.html#CausalAttention")
+    assert page.url.endswith("_modules/mha_course/attention/causal_attention.html#CausalAttention")
     target = page.locator('[id="CausalAttention"]')
     assert target.count() == 1 and "class CausalAttention" in target.inner_text()
     assert page.locator("div.highlight span.k").count() > 0, "the source is not syntax-highlighted"

@@ -10,20 +10,33 @@ tools are tried on a page with equations.
 
 from __future__ import annotations
 
+import json
 import re
 from html.parser import HTMLParser
 
 import pytest
 
-from book_pages import DOCNAMES, HTML, accepted_targets, fail_if, markdown_of, open_page, page_file
+from book_pages import DOCNAMES, HTML, accepted_targets, fail_if, markdown_of, open_page, page_file, source_of
 
 pytestmark = pytest.mark.browser
 
 CHAPTERS = DOCNAMES[1:]  # every page after the root
 
-# Directives that create an exercise or a solution in the sources (sphinx-exercise).
-EXERCISE_DIRECTIVE = re.compile(r"^\s*(```+|:::+)\s*\{(exercise|exercise-start)\}", re.MULTILINE)
-SOLUTION_DIRECTIVE = re.compile(r"^\s*(```+|:::+)\s*\{(solution|solution-start)\}", re.MULTILINE)
+# An exercise in the sources is a heading; a solution is a code cell folded behind a button that
+# names its exercise (myst-nb's hide-input, prompt "Solution to exercise 1.1"), or prose in
+# <details class="solution">.
+EXERCISE_HEADING = re.compile(r"^### Exercise \d", re.MULTILINE)
+PROSE_SOLUTION = re.compile(r'<details class="solution">')
+
+
+def _solutions_in_source(docname: str) -> int:
+    path = source_of(docname)
+    prose = len(PROSE_SOLUTION.findall(markdown_of(docname)))
+    if path.suffix != ".ipynb":
+        return prose
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return prose + sum(c["metadata"].get("mystnb", {}).get("code_prompt_show", "").startswith("Solution to exercise")
+                       for c in cells if c["cell_type"] == "code")
 
 
 @pytest.mark.parametrize("docname", DOCNAMES)
@@ -59,13 +72,13 @@ def test_the_book_has_images(visit):
 def test_every_solution_is_a_dropdown_that_opens(visit, docname):
     page = visit(docname)
     source = markdown_of(docname)
-    in_source = len(EXERCISE_DIRECTIVE.findall(source)), len(SOLUTION_DIRECTIVE.findall(source))
+    in_source = len(EXERCISE_HEADING.findall(source)), _solutions_in_source(docname)
     assert (page.exercises, len(page.solutions)) == in_source, (
         f"{docname}: the source has {in_source[0]} exercises and {in_source[1]} solutions but the page "
         f"shows {page.exercises} and {len(page.solutions)}"
     )
     for solution in page.solutions:
-        assert solution.is_dropdown, f"{docname}: '{solution.label}' is not a dropdown; give it :class: dropdown"
+        assert solution.is_dropdown, f"{docname}: '{solution.label}' is not a dropdown"
         assert solution.hidden_at_first, f"{docname}: '{solution.label}' is open before the reader asks"
         assert solution.shown_after_click, f"{docname}: '{solution.label}' did not open when clicked"
 

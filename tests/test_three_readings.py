@@ -1,0 +1,159 @@
+"""One page in three readings: JupyterLab on the book's notebooks, JupyterLab on the student edition, and the HTML.
+
+Jupyter renders CommonMark and nothing of MyST: a directive shows there as a code block, a role as
+raw text, a ``(label)=`` target as a line of text. So the chapters write links as Markdown links
+(which MyST resolves too, ``book/_ext/markdown_anchors.py``), show code with listing cells, keep
+figure captions in Markdown, and write exercises as headings. These tests render every notebook's
+Markdown as Jupyter does, in both editions, and find no MyST left; they follow every link of the
+student edition to its notebook and anchor; and they check that what the HTML hides is hidden there.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from markdown_it import MarkdownIt
+
+from book_pages import NOTEBOOKS, REPO, source_of
+
+from mha_course.edition.bibliography import author_year, read_bib
+from mha_course.edition.student import write_student_edition
+from mha_course.notebook_files import default_notebooks
+
+# What MyST left unrendered looks like in CommonMark's HTML: a code block whose language is a
+# directive ({exercise}), a ::: fence, a role ({term} before a code span, or as text), a target line.
+LEFT = re.compile(r'class="language-\{|^<p>:{3,}|\{[\w:+-]+\}<code>|\{[\w:+-]+\}`|^<p>\([^()\s]+\)=</p>$',
+                  re.MULTILINE)
+RENDERER = MarkdownIt("commonmark")
+
+
+def _markdown(notebook) -> list[str]:
+    return [c.source for c in notebook.cells if c.cell_type == "markdown"]
+
+
+def _left(sources: list[str]) -> list[str]:
+    return [m.group(0) for text in sources for m in LEFT.finditer(RENDERER.render(text))]
+
+
+def _links(text: str) -> list[tuple[str, str]]:
+    """Every link of Markdown ``text``: (its text, where it points)."""
+    found = []
+    for token in RENDERER.parse(text):
+        children = token.children or []
+        for number, child in enumerate(children):
+            if child.type == "link_open":
+                closing = next(i for i in range(number, len(children)) if children[i].type == "link_close")
+                found.append(("".join(c.content for c in children[number + 1:closing]), child.attrGet("href")))
+    return found
+
+
+@pytest.fixture(scope="module")
+def student(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("student")
+    write_student_edition(default_notebooks(REPO), out, root=REPO)
+    return out
+
+
+@pytest.mark.parametrize("docname", NOTEBOOKS)
+def test_the_books_notebook_has_no_myst_jupyter_would_show_raw(docname):
+    notebook = nbformat.read(source_of(docname), as_version=4)
+    left = _left(_markdown(notebook))
+    assert not left, f"{docname}: MyST that JupyterLab shows as raw text: {left[:5]}"
+    assert not any(c.metadata.get("mystnb", {}).get("figure") for c in notebook.cells), (
+        f"{docname}: a figure caption in cell metadata, which Jupyter does not show: write it in Markdown")
+
+
+def test_the_student_edition_has_no_myst_left_on_any_page(student):
+    pages = sorted(student.glob("*.ipynb"))
+    assert len(pages) == len(NOTEBOOKS) + len(list((REPO / "book").glob("*.md")))
+    for path in pages:
+        left = _left(_markdown(nbformat.read(path, as_version=4)))
+        assert not left, f"{path.name}: MyST left in the student edition: {left[:5]}"
+
+
+def test_every_link_of_the_student_edition_opens_a_page_at_its_anchor(student):
+    anchors = {}
+    for path in student.glob("*.ipynb"):
+        text = "\n".join(_markdown(nbformat.read(path, as_version=4)))
+        anchors[path.name] = set(re.findall(r'<a id="([^"]+)"></a>', text))
+    broken, followed = [], 0
+    for page, _ in anchors.items():
+        for text in _markdown(nbformat.read(student / page, as_version=4)):
+            for _, href in _links(text):
+                if re.match(r"[a-z]+:", href):
+                    continue  # a web address
+                target, _, anchor = href.partition("#")
+                target = target or page
+                followed += 1
+                if target not in anchors or (anchor and anchor not in anchors[target]):
+                    broken.append(f"{page}: {href}")
+    assert followed > 200, f"only {followed} links followed: the test would pass on a book without links"
+    assert not broken, "links of the student edition that lead nowhere:\n" + "\n".join(broken[:20])
+
+
+@pytest.mark.parametrize("docname", NOTEBOOKS)
+def test_the_books_links_point_at_its_pages_and_name_the_works_they_cite(docname):
+    """Sphinx checks each anchor at build time (-n); here, that each page exists, and that a
+    citation reads as the References list names the work."""
+    works = read_bib((REPO / "book" / "references.bib").read_text(encoding="utf-8"))
+    for text in _markdown(nbformat.read(source_of(docname), as_version=4)):
+        for label, href in _links(text):
+            if re.match(r"[a-z]+:", href) or href.startswith("#"):
+                continue
+            target, _, anchor = href.partition("#")
+            assert (REPO / "book" / target).is_file(), f"{docname}: a link to {href}, which is not a page"
+            if anchor.startswith("cite-"):
+                work = works[anchor.removeprefix("cite-")]
+                assert label in (f"{work.authors()} ({work.year})", author_year(work.surnames, work.year)), (
+                    f"{docname}: the citation {label!r} does not name {anchor}")
+
+
+def test_what_the_html_hides_is_hidden_in_the_student_edition(student):
+    hidden = listings = 0
+    for docname in NOTEBOOKS:
+        path = source_of(docname)
+        source = nbformat.read(path, as_version=4)
+        edition = nbformat.read(student / path.name, as_version=4)
+        by_source = {c.source: c for c in edition.cells if c.cell_type == "code"}
+        for cell in source.cells:
+            tags = cell.metadata.get("tags", [])
+            if cell.cell_type != "code" or cell.source not in by_source:
+                continue
+            shown = by_source[cell.source]
+            folded = shown.metadata.get("jupyter", {})
+            if "remove-cell" in tags:  # the hidden assertions: folded away, input and output
+                assert folded.get("source_hidden") and folded.get("outputs_hidden"), f"{path.name}: {cell.source[:60]}"
+                hidden += 1
+            if "remove-input" in tags:  # a listing: its input folded, its output (the source) kept
+                kept = [o.get("data") for o in shown.outputs] == [o.get("data") for o in cell.outputs]
+                assert folded.get("source_hidden") and kept, f"{path.name}: {cell.source[:60]}"
+                listings += 1
+        text = "\n".join(_markdown(edition))
+        assert "<details" not in text, f"{path.name}: a solution in prose reaches the student edition"
+    assert hidden > 50 and listings > 10, (hidden, listings)
+
+
+def test_a_stub_is_shown_where_the_book_folds_its_solution(student):
+    for docname in NOTEBOOKS:
+        path = source_of(docname)
+        for cell in nbformat.read(student / path.name, as_version=4).cells:
+            if "NotImplementedError" in cell.source and "YOUR CODE HERE" in cell.source:
+                assert "hide-input" not in cell.metadata.get("tags", []) and "jupyter" not in cell.metadata, (
+                    f"{path.name}: the stub of a solution is folded away: {cell.source[:60]}")
+
+
+def test_a_solution_is_folded_behind_a_button_that_names_its_exercise():
+    for docname in NOTEBOOKS:
+        notebook = json.loads(source_of(docname).read_text(encoding="utf-8"))
+        exercises = [re.match(r"### Exercise (\S+)", "".join(c["source"])) for c in notebook["cells"]
+                     if c["cell_type"] == "markdown"]
+        exercises = [m.group(1) for m in exercises if m]
+        solutions = [c for c in notebook["cells"] if "### BEGIN SOLUTION" in "".join(c["source"])]
+        for exercise, cell in zip(exercises, solutions):
+            assert "hide-input" in cell["metadata"].get("tags", []), f"{docname}: the solution to {exercise} shows"
+            assert cell["metadata"]["mystnb"]["code_prompt_show"] == f"Solution to exercise {exercise}"
+            assert cell["metadata"]["jupyter"]["source_hidden"], f"{docname}: {exercise}'s solution is not folded"
