@@ -15,6 +15,10 @@ teaching order:
   transformers' GPT-2 and Llama attention layers, computing what those do (chapter 8).
 * :func:`tiled_attention` - attention one tile of scores at a time, with an online softmax, and
   :class:`TiledMultiHeadAttention` built on it (chapter 7).
+* :func:`linear_attention_recurrent`, :func:`recurrent_gated_delta_rule`,
+  :func:`chunked_gated_delta_rule` and :class:`GatedDeltaNet` - a state that does not grow, from
+  causal linear attention to Qwen3-Next's layer, and :func:`from_qwen3_next_gated_deltanet`
+  (chapter 12).
 
 ``check("1.1", answer)`` grades a learner's answer to an exercise (see :mod:`mha_course.exercises`).
 
@@ -33,6 +37,7 @@ from typing import TYPE_CHECKING
 from .attention import (
     CausalAttention,
     FastMultiHeadAttention,
+    GatedDeltaNet,
     GroupedQueryAttention,
     KVCache,
     MultiHeadAttention,
@@ -40,7 +45,15 @@ from .attention import (
     RotaryEmbedding,
     TiledMultiHeadAttention,
     causal_mask,
+    chunked_gated_delta_rule,
+    delta_rule_step,
+    elu_feature_map,
+    gated_delta_step,
+    l2_normalise,
+    linear_attention_quadratic,
+    linear_attention_recurrent,
     merge_heads,
+    recurrent_gated_delta_rule,
     rotate_half,
     split_heads,
     stack_qkv,
@@ -54,6 +67,7 @@ from .convert import (
     UnsupportedConfigError,
     from_gpt2_attention,
     from_llama_attention,
+    from_qwen3_next_gated_deltanet,
     from_torch_multihead,
     sdpa_forward,
     to_torch_multihead,
@@ -101,6 +115,16 @@ __all__ = [
     "check",
     "tiled_attention",
     "TiledMultiHeadAttention",
+    "elu_feature_map",
+    "linear_attention_quadratic",
+    "linear_attention_recurrent",
+    "l2_normalise",
+    "delta_rule_step",
+    "gated_delta_step",
+    "recurrent_gated_delta_rule",
+    "chunked_gated_delta_rule",
+    "GatedDeltaNet",
+    "from_qwen3_next_gated_deltanet",
 ]
 
 
