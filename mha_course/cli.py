@@ -8,7 +8,8 @@ runs, so building the parser imports neither the exercises' checks nor nbformat 
 * ``bench`` - :mod:`mha_course.bench`, the timings of chapter 4 (with ``--heads-map``, the map of
   batched against stacked heads of chapter 3; with ``--decode``, the time of generating one
   token with and without a key/value cache, chapter 6; with ``--tiled``, attention with and
-  without the score matrix, chapter 7);
+  without the score matrix, chapter 7; with ``--deltanet``, the gated delta rule against softmax
+  attention, chapter 12);
 * ``specialise`` - :mod:`mha_course.experiments.specialisation`, the experiment of chapter 5;
 * ``student``, ``grade``, ``progress`` and ``lab`` - the student edition, the grader (with a class's
   gradebook), the learner's progress view, and JupyterLab opened on the student edition;
@@ -52,9 +53,9 @@ def _bench(args: argparse.Namespace) -> int:
     except (ValueError, RuntimeError) as error:
         return _fail("bench", str(error))
     chosen = [option for option, on in (("--decode", args.decode), ("--heads-map", args.heads_map),
-                                        ("--tiled", args.tiled)) if on]
+                                        ("--tiled", args.tiled), ("--deltanet", args.deltanet)) if on]
     if len(chosen) > 1:
-        count = "two" if len(chosen) == 2 else "three"
+        count = {2: "two", 3: "three"}.get(len(chosen), "four")
         return _fail("bench", f"{' and '.join(chosen)} are {count} different benchmarks: choose one.")
     if args.decode:
         return _bench_decode(args)
@@ -62,6 +63,8 @@ def _bench(args: argparse.Namespace) -> int:
         return _bench_tiled(args)
     if args.block_size is not None:
         return _fail("bench", "--block-size applies to --tiled only: add --tiled, or leave it out.")
+    if args.deltanet:
+        return _bench_deltanet(args)
     if args.heads_map:
         return _bench_heads_map(args)
     try:
@@ -114,6 +117,14 @@ def _bench_tiled(args: argparse.Namespace) -> int:
                             TiledSettings, run_tiled_benchmark, tiled_summary, memory=not args.no_memory, **options)
 
 
+def _bench_deltanet(args: argparse.Namespace) -> int:
+    from .bench import DeltaNetSettings, deltanet_summary, run_deltanet_benchmark
+
+    return _fixed_benchmark(args, "--deltanet", "runs a prompt three ways (chunked, recurrent, sdpa) and decodes a "
+                            "token two ways (kv_cache, state)", DeltaNetSettings, run_deltanet_benchmark,
+                            deltanet_summary, memory=not args.no_memory)
+
+
 def _fixed_benchmark(args: argparse.Namespace, flag: str, does: str, settings_class, run, summarise,
                      **options) -> int:
     """A benchmark whose implementations and modes are fixed (``--decode``, ``--heads-map``, ``--tiled``):
@@ -149,6 +160,10 @@ def _add_bench(commands) -> None:
     bench.add_argument("--tiled", action="store_true",
                        help="attention with the explicit scores, the tiled loop and the fused kernel, against the "
                        "length, forward and forward with backward (chapter 7; writes bench-tiled-DEVICE.json, .csv, .png)")
+    bench.add_argument("--deltanet", action="store_true",
+                       help="a prompt through the gated delta rule, chunked and recurrent, and softmax attention up to "
+                       "16k tokens, and one decoded token with a key/value cache against a fixed state (chapter 12; "
+                       "writes bench-deltanet-DEVICE.json, .csv, .png)")
     bench.add_argument("--block-size", type=int, default=None,
                        help="with --tiled: queries and keys per tile of the tiled loop (default: 64; quick: 8)")
     bench.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
