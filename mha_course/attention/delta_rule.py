@@ -72,7 +72,8 @@ def gated_delta_step(state, query, key, value, decay, beta):
     return output, state
 
 
-def recurrent_gated_delta_rule(queries, keys, values, log_decay, beta, state=None):
+def recurrent_gated_delta_rule(queries, keys, values, log_decay, beta,
+                               state=None):
     """The gated delta rule one token at a time. Returns ``(outputs (B, h, T, d_v), final state)``.
 
     Example:
@@ -87,13 +88,15 @@ def recurrent_gated_delta_rule(queries, keys, values, log_decay, beta, state=Non
         state = keys.new_zeros(batch, heads, d_k, values.shape[-1])
     outputs = []
     for t in range(num_tokens):
-        output, state = gated_delta_step(state, queries[:, :, t], keys[:, :, t], values[:, :, t],
-                                         log_decay[:, :, t].exp(), beta[:, :, t])
+        output, state = gated_delta_step(
+            state, queries[:, :, t], keys[:, :, t], values[:, :, t],
+            log_decay[:, :, t].exp(), beta[:, :, t])
         outputs.append(output)
     return torch.stack(outputs, dim=2), state
 
 
-def chunked_gated_delta_rule(queries, keys, values, log_decay, beta, state=None, chunk_size=64):
+def chunked_gated_delta_rule(queries, keys, values, log_decay, beta,
+                             state=None, chunk_size=64):
     """The same function, a chunk of ``chunk_size`` tokens at a time: ``(outputs, final state)``.
 
     Within a chunk, with ``G_r`` the decay from the chunk's start to token ``r``, the state after
@@ -113,28 +116,35 @@ def chunked_gated_delta_rule(queries, keys, values, log_decay, beta, state=None,
         True
     """
     batch, heads, num_tokens, d_k = keys.shape
-    size = chunk_size
-    pad = -num_tokens % size  # tokens of zeros at the end: they change nothing
-    q, k, v = (F.pad(x, (0, 0, 0, pad)).unflatten(2, (-1, size)) for x in (queries, keys, values))
-    g, b = (F.pad(x, (0, pad)).unflatten(2, (-1, size)) for x in (log_decay, beta))  # (B, h, N, C)
+    size, pad = chunk_size, -num_tokens % chunk_size  # zeros at the end
+    q, k, v = (F.pad(x, (0, 0, 0, pad)).unflatten(2, (-1, size))
+               for x in (queries, keys, values))  # (B, h, N, C, d)
+    g, b = (F.pad(x, (0, pad)).unflatten(2, (-1, size))
+            for x in (log_decay, beta))  # (B, h, N, C)
     cum = g.cumsum(-1)  # log G_r, within each chunk
-    lower = torch.ones(size, size, dtype=torch.bool, device=k.device).tril()  # s <= r
-    ratio = (cum[..., :, None] - cum[..., None, :]).masked_fill(~lower, float("-inf")).exp()  # G_r / G_s
+    lower = torch.ones(size, size, dtype=torch.bool, device=k.device).tril()
+    ratio = cum[..., :, None] - cum[..., None, :]  # log G_r / G_s
+    ratio = ratio.masked_fill(~lower, float("-inf")).exp()  # 0 for s > r
     k_beta = k * b[..., None]  # (B, h, N, C, d_k)
-    system = (k_beta @ k.transpose(-1, -2) * ratio).tril(-1)  # strictly below the diagonal
+    system = (k_beta @ k.transpose(-1, -2) * ratio).tril(-1)  # s < r
     eye = torch.eye(size, dtype=k.dtype, device=k.device)
-    solve = lambda rhs: torch.linalg.solve_triangular(system + eye, rhs, upper=False)
-    written = solve(v * b[..., None])  # what each token writes if the chunk started empty
-    read_back = solve(k_beta * cum.exp()[..., None])  # times S_0: what it would take back
-    scores = (q @ k.transpose(-1, -2)) * ratio  # (B, h, N, C, C): s <= r only
-    q_start, k_end = q * cum.exp()[..., None], k * (cum[..., -1:] - cum).exp()[..., None]
+
+    def solve(rhs):  # (I + system) x = rhs, row after row: exact
+        return torch.linalg.solve_triangular(system + eye, rhs, upper=False)
+
+    written = solve(v * b[..., None])  # u if the chunk started empty
+    read_back = solve(k_beta * cum.exp()[..., None])  # minus this @ S_0
+    scores = (q @ k.transpose(-1, -2)) * ratio  # (B, h, N, C, C): s <= r
+    q_start = q * cum.exp()[..., None]  # reads S_0, decayed to r
+    k_end = k * (cum[..., -1:] - cum).exp()[..., None]  # decayed to the end
     if state is None:
         state = k.new_zeros(batch, heads, d_k, v.shape[-1])
     outputs = []
     for n in range(q.shape[2]):  # the state, carried from chunk to chunk
         u = written[:, :, n] - read_back[:, :, n] @ state  # (B, h, C, d_v)
         outputs.append(q_start[:, :, n] @ state + scores[:, :, n] @ u)
-        state = cum[:, :, n, -1, None, None].exp() * state + k_end[:, :, n].transpose(-1, -2) @ u
+        decay = cum[:, :, n, -1, None, None].exp()  # G over the chunk
+        state = decay * state + k_end[:, :, n].transpose(-1, -2) @ u
     return torch.cat(outputs, dim=2)[:, :, :num_tokens], state
 
 

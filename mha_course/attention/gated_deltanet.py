@@ -21,7 +21,8 @@ A prompt runs the chunked form (``form="chunked"``, the default), a single token
 step; ``form="recurrent"`` runs every call one token at a time. With a :class:`~mha_course.KVCache`
 the layer keeps the convolution's last ``conv_size - 1`` inputs and the ``(num_heads, key_dim,
 value_dim)`` state per sequence: ``cache.nbytes`` is the same after ten tokens and after ten
-thousand.
+thousand. The rule runs in float32 for float16 and bfloat16 layers, and the state is kept in
+float32, as transformers keeps it.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import validate_attention_mask, validate_input, validate_kv_groups, validate_positive_int
+from ._validation import validate_attention_mask, validate_input, validate_positive_int
 from .delta_rule import chunked_gated_delta_rule, l2_normalise, recurrent_gated_delta_rule
+from .heads import score_dtype, split_heads
 from .kv_cache import cache_start
 
 #: The two forms of :class:`GatedDeltaNet`: chunks of matrix products for a prompt, or one token at a time.
@@ -48,6 +50,29 @@ def gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, ep
     """
     normed = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
     return normed * weight * F.silu(gate)
+
+
+def checked_sizes(d_in, num_heads, num_key_heads, key_dim, value_dim, conv_size, chunk_size) -> tuple[int, ...]:
+    """The sizes of a :class:`GatedDeltaNet`, checked: whole numbers of at least 1, and ``num_key_heads``
+    dividing ``num_heads``.
+
+    Example:
+        >>> checked_sizes(16, 4, 3, 8, 6, 4, 64)
+        Traceback (most recent call last):
+            ...
+        ValueError: num_key_heads (3) must divide num_heads (4): each query/key head serves num_heads // num_key_heads value heads. Choose num_key_heads among 1, 2, 4 (Qwen3-Next: 16 key heads for 32 value heads).
+    """
+    named = dict(d_in=d_in, num_heads=num_heads, key_dim=key_dim, value_dim=value_dim, conv_size=conv_size,
+                 chunk_size=chunk_size)
+    sizes = {name: validate_positive_int(name, value) for name, value in named.items()}
+    num_key_heads, heads = validate_positive_int("num_key_heads", num_key_heads), sizes["num_heads"]
+    if heads % num_key_heads:
+        divisors = ", ".join(str(n) for n in range(1, heads + 1) if heads % n == 0)
+        raise ValueError(f"num_key_heads ({num_key_heads}) must divide num_heads ({heads}): each query/key head "
+                         "serves num_heads // num_key_heads value heads. Choose num_key_heads among "
+                         f"{divisors} (Qwen3-Next: 16 key heads for 32 value heads).")
+    return (sizes["d_in"], sizes["num_heads"], num_key_heads, sizes["key_dim"], sizes["value_dim"],
+            sizes["conv_size"], sizes["chunk_size"])
 
 
 class GatedDeltaNet(nn.Module):
@@ -84,27 +109,26 @@ class GatedDeltaNet(nn.Module):
         torch.Size([2, 10, 16])
     """
 
-    def __init__(self, d_in, num_heads, num_key_heads, key_dim, value_dim, conv_size=4, chunk_size=64,
-                 eps=1e-6):
+    def __init__(self, d_in, num_heads, num_key_heads, key_dim, value_dim,
+                 conv_size=4, chunk_size=64, eps=1e-6):
         super().__init__()
-        self.d_in = validate_positive_int("d_in", d_in)
-        self.num_heads = validate_positive_int("num_heads", num_heads)
-        self.num_key_heads = validate_kv_groups(num_key_heads, num_heads, "num_key_heads")
-        self.key_dim = validate_positive_int("key_dim", key_dim)
-        self.value_dim = validate_positive_int("value_dim", value_dim)
-        self.conv_size = validate_positive_int("conv_size", conv_size)
-        self.chunk_size = validate_positive_int("chunk_size", chunk_size)
+        (self.d_in, self.num_heads, self.num_key_heads, self.key_dim,
+         self.value_dim, self.conv_size, self.chunk_size) = checked_sizes(
+            d_in, num_heads, num_key_heads, key_dim, value_dim, conv_size,
+            chunk_size)
         self.eps, self.form = eps, "chunked"
         keys, values = num_key_heads * key_dim, num_heads * value_dim
         self.W_query = nn.Linear(d_in, keys, bias=False)
         self.W_key = nn.Linear(d_in, keys, bias=False)
         self.W_value = nn.Linear(d_in, values, bias=False)
-        self.W_gate = nn.Linear(d_in, values, bias=False)  # z, the output gate
-        self.W_beta = nn.Linear(d_in, num_heads, bias=False)  # b: beta = sigmoid(b)
-        self.W_decay = nn.Linear(d_in, num_heads, bias=False)  # a: g from a
+        self.W_gate = nn.Linear(d_in, values, bias=False)  # z: output gate
+        self.W_beta = nn.Linear(d_in, num_heads, bias=False)  # beta from b
+        self.W_decay = nn.Linear(d_in, num_heads, bias=False)  # g from a
         channels = 2 * keys + values  # queries, keys, values
-        self.conv = nn.Conv1d(channels, channels, conv_size, groups=channels, bias=False)
-        self.A_log = nn.Parameter(torch.empty(num_heads).uniform_(0.01, 16).log())
+        self.conv = nn.Conv1d(channels, channels, conv_size,
+                              groups=channels, bias=False)  # one per channel
+        decay_rate = torch.empty(num_heads).uniform_(0.01, 16)
+        self.A_log = nn.Parameter(decay_rate.log())
         self.dt_bias = nn.Parameter(torch.ones(num_heads))
         self.norm_weight = nn.Parameter(torch.ones(value_dim))
         self.out_proj = nn.Linear(values, d_in, bias=False)
@@ -112,31 +136,35 @@ class GatedDeltaNet(nn.Module):
     def forward(self, x, cache=None, attention_mask=None):
         """Gated DeltaNet: ``(B, T, d_in) -> (B, T, d_in)``, continuing ``cache`` if given."""
         validate_input(x, self.d_in, None, like=self.W_query.weight)
-        batch, num_tokens, _ = x.shape
+        num_tokens = x.shape[1]
         start = cache_start(cache, self, num_tokens, None)
-        real = self._real_tokens(attention_mask, x, start)  # (B, T, 1) or None
+        real = self._real_tokens(attention_mask, x, start)  # (B, T, 1)
         if real is not None:
             x = x * real  # padding in: zeros, as transformers does
         mixed = torch.cat([self.W_query(x), self.W_key(x), self.W_value(x)], -1)
         mixed = self._short_conv(mixed, cache)  # (B, T, channels), SiLU'd
-        keys = self.num_key_heads * self.key_dim
-        q, k, v = mixed.split([keys, keys, self.num_heads * self.value_dim], -1)
+        keys, values = self.num_key_heads * self.key_dim, self.value_dim
+        q, k, v = mixed.split([keys, keys, self.num_heads * values], -1)
         r = self.num_heads // self.num_key_heads  # value heads per key head
-        q, k = (t.unflatten(-1, (-1, self.key_dim)).transpose(1, 2) for t in (q, k))
-        q = l2_normalise(q, 1e-6).repeat_interleave(r, 1) * self.key_dim**-0.5
-        k = l2_normalise(k, 1e-6).repeat_interleave(r, 1)  # (B, h, T, d_k)
-        v = v.unflatten(-1, (-1, self.value_dim)).transpose(1, 2)  # (B, h, T, d_v)
+        q, k = (split_heads(t, self.num_key_heads) for t in (q, k))
+        q = l2_normalise(q).repeat_interleave(r, 1) * self.key_dim**-0.5
+        k = l2_normalise(k).repeat_interleave(r, 1)  # (B, h, T, d_k)
+        v = split_heads(v, self.num_heads)  # (B, h, T, d_v)
         beta = torch.sigmoid(self.W_beta(x)).transpose(1, 2)  # (B, h, T)
-        g = -self.A_log.exp() * F.softplus(self.W_decay(x) + self.dt_bias)
+        a = self.W_decay(x) + self.dt_bias  # (B, T, h)
+        g = (-self.A_log.exp() * F.softplus(a)).transpose(1, 2)  # (B, h, T)
+        rule = [t.to(score_dtype(x.dtype)) for t in (q, k, v, g, beta)]
         state = None if cache is None else cache.states.get("state")
         if self.form == "recurrent" or num_tokens == 1:
-            out, state = recurrent_gated_delta_rule(q, k, v, g.transpose(1, 2), beta, state)
+            out, state = recurrent_gated_delta_rule(*rule, state)
         else:
-            out, state = chunked_gated_delta_rule(q, k, v, g.transpose(1, 2), beta, state, self.chunk_size)
+            out, state = chunked_gated_delta_rule(*rule, state,
+                                                  self.chunk_size)
         if cache is not None:
             cache.hold(state=state, new_positions=num_tokens)
-        z = self.W_gate(x).unflatten(-1, (-1, self.value_dim))  # (B, T, h, d_v)
-        out = gated_rms_norm(out.transpose(1, 2), z, self.norm_weight, self.eps)
+        z = self.W_gate(x).unflatten(-1, (-1, values))  # (B, T, h, d_v)
+        out = out.to(x.dtype).transpose(1, 2)  # (B, T, h, d_v)
+        out = gated_rms_norm(out, z, self.norm_weight, self.eps)
         out = self.out_proj(out.flatten(-2))  # (B, T, d_in)
         return out if real is None else out * real  # padding out: zeros
 
@@ -164,7 +192,8 @@ class GatedDeltaNet(nn.Module):
             held = mixed.new_zeros(*mixed.shape[:2], self.conv_size - 1)
         window = torch.cat([held, mixed], dim=-1)  # (B, C, conv_size - 1 + T)
         if cache is not None:
-            cache.hold(conv_inputs=window[..., window.shape[-1] - (self.conv_size - 1):])
+            kept = window.shape[-1] - (self.conv_size - 1)
+            cache.hold(conv_inputs=window[..., kept:])  # the last inputs
         return F.silu(self.conv(window)).transpose(1, 2)  # (B, T, C)
 
     def _real_tokens(self, attention_mask, x: torch.Tensor, start: int) -> torch.Tensor | None:
@@ -180,4 +209,4 @@ class GatedDeltaNet(nn.Module):
                 f"chunk_size={self.chunk_size}, form={self.form!r}")
 
 
-__all__ = ["GatedDeltaNet", "gated_rms_norm", "FORMS"]
+__all__ = ["GatedDeltaNet", "gated_rms_norm", "checked_sizes", "FORMS"]

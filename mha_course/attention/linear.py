@@ -33,7 +33,8 @@ def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
     return F.elu(x) + 1.0
 
 
-def linear_attention_quadratic(queries, keys, values, feature_map=elu_feature_map):
+def linear_attention_quadratic(queries, keys, values,
+                               feature_map=elu_feature_map):
     """Causal linear attention with the ``(T, T)`` weights: ``(B, h, T, d_k)`` twice and ``(B, h, T, d_v)``
     -> ``(B, h, T, d_v)``.
 
@@ -47,7 +48,8 @@ def linear_attention_quadratic(queries, keys, values, feature_map=elu_feature_ma
     return (weights @ values) / weights.sum(dim=-1, keepdim=True)
 
 
-def linear_attention_recurrent(queries, keys, values, feature_map=elu_feature_map):
+def linear_attention_recurrent(queries, keys, values,
+                               feature_map=elu_feature_map):
     """The same outputs, one token at a time, from a ``d_k x d_v`` state and a ``d_k`` normaliser.
 
     Example:
@@ -62,7 +64,7 @@ def linear_attention_recurrent(queries, keys, values, feature_map=elu_feature_ma
     outputs = []
     for t in range(num_tokens):
         k_t, v_t, q_t = k[:, :, t], values[:, :, t], q[:, :, t]  # (B, h, d)
-        state = state + k_t[..., :, None] * v_t[..., None, :]  # (B, h, d_k, d_v)
+        state = state + k_t[..., :, None] * v_t[..., None, :]  # + k v^T
         normaliser = normaliser + k_t  # (B, h, d_k)
         read = (q_t[..., None, :] @ state).squeeze(-2)  # q^T S: (B, h, d_v)
         outputs.append(read / (q_t * normaliser).sum(-1, keepdim=True))
