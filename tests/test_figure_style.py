@@ -138,6 +138,10 @@ BOOK_FIGURES = {
         lambda: _plots().plot_kv_sharing(num_heads=8, kv_groups=(8, 2, 1)),
     "mha_course.plots.plot_kv_cache_growth: two model shapes":
         lambda: _plots().plot_kv_cache_growth(bytes_per_number=2),
+    "mha_course.plots.plot_state_updates: four tokens":
+        lambda: _plots().plot_state_updates(),
+    "mha_course.bench.plots.plot_deltanet: stored run":
+        lambda: _module("mha_course.bench.plots").plot_deltanet(_bench_results("bench-deltanet-cpu.json")),
     "mha_course.bench.plots.plot_results: three sizes":
         lambda: _module("mha_course.bench.plots").plot_results(
             _bench_results(), configs=["small-4", "small-16", "gpt2-small"]),
