@@ -52,18 +52,18 @@ def plot_state_updates(decay: float = 0.9, beta: float = 0.8):
 
     Example:
         >>> fig = plot_state_updates()
-        >>> len(fig.axes), fig.axes[0].get_title()  # 8 matrices and the colour bar
-        (9, 'token 1: key 1')
+        >>> len(fig.axes), fig.axes[2].get_title()  # 8 matrices and the colour bar
+        (9, 'token 3\\nkey 1 again')
     """
     steps = state_steps(decay, beta)
-    fig, axes = plt.subplots(2, len(steps), figsize=(COLUMN_WIDTH, 0.55 * COLUMN_WIDTH), layout="constrained",
+    fig, axes = plt.subplots(2, len(steps), figsize=(COLUMN_WIDTH, 0.44 * COLUMN_WIDTH), layout="constrained",
                              sharex=True, sharey=True)
     limit = max(max(s["written"].abs().max().item(), s["state"].abs().max().item()) for s in steps)
     seen = {}
     for column, step in enumerate(steps):
         key = seen.setdefault(step["key_row"], len(seen) + 1)
         again = sum(s["key_row"] == step["key_row"] for s in steps[:column]) > 0
-        axes[0, column].set_title(f"token {column + 1}: key {key}" + (" again" if again else ""))
+        axes[0, column].set_title(f"token {column + 1}\nkey {key}" + (" again" if again else ""))
         for row, name in enumerate(("written", "state")):
             ax = axes[row, column]
             image = ax.imshow(step[name].numpy(), cmap=SEQUENTIAL_CMAP, vmin=-limit, vmax=limit)
