@@ -80,13 +80,16 @@ def recall_experiment(num_pairs=(8, 16, 32, 64, 128, 256), key_dim: int = 32, se
     return rows
 
 
+def _per_cent(share: float) -> str:
+    return f"{100 * share:.0f} %"
+
+
 def recall_table(rows: list[dict]) -> Table:
     """The recall experiment as a table: pairs recalled, in per cent, by each memory."""
     columns = ["pairs written", "softmax over the cache", "linear-attention state", "delta-rule state",
                "delta-rule state, last d_k pairs"]
-    body = [[r["pairs"]] + [f"{100 * r[key]:.0f} %" for key in ("softmax", "linear", "delta", "delta recent")]
-            for r in rows]
-    return Table(columns, body, title=f"Pairs recalled by their keys, keys and values of {rows[0]['key_dim']} "
+    body = [[r["pairs"]] + [r[key] for key in ("softmax", "linear", "delta", "delta recent")] for r in rows]
+    return Table(columns, body, formats={c: _per_cent for c in columns[1:]}, title=f"Pairs recalled by their keys, keys and values of {rows[0]['key_dim']} "
                  "numbers (d_k = d_v)", notes=["recalled: what comes back for a key is nearer its own value than "
                                                "any other value written."])
 

@@ -96,7 +96,6 @@ class GatedDeltaNet(nn.Module):
             ``conv_size`` each, no bias.
         A_log, dt_bias: ``(num_heads,)``, the decay's parameters. norm_weight: ``(value_dim,)``.
         out_proj: ``nn.Linear(num_heads * value_dim, d_in)``, no bias.
-        form: ``"chunked"`` or ``"recurrent"``, how a call of several tokens is computed.
 
     ``forward(x, cache=None, attention_mask=None)``: ``attention_mask`` ``(batch, cached + new)``
     is 1 for a real token and 0 for padding, as for the course's attention modules. Padded tokens
@@ -170,7 +169,14 @@ class GatedDeltaNet(nn.Module):
 
     @property
     def form(self) -> str:
-        """How a call of several tokens is computed: ``"chunked"`` (the default) or ``"recurrent"``."""
+        """How a call of several tokens is computed, ``"chunked"`` (the default) or ``"recurrent"``.
+
+        Example:
+            >>> layer = GatedDeltaNet(16, num_heads=4, num_key_heads=2, key_dim=8, value_dim=6)
+            >>> layer.form = "recurrent"  # one token at a time, as decoding runs
+            >>> layer.form
+            'recurrent'
+        """
         return self._form
 
     @form.setter
