@@ -17,6 +17,10 @@ teaching order:
   :class:`TiledMultiHeadAttention` built on it (chapter 7).
 * :class:`MultiHeadLatentAttention` - keys and values expanded from one cached latent per token,
   and :func:`from_deepseek_v3_attention`, which builds it from DeepSeek-V3's layer (chapter 10).
+* :func:`linear_attention_recurrent`, :func:`recurrent_gated_delta_rule`,
+  :func:`chunked_gated_delta_rule` and :class:`GatedDeltaNet` - a state that does not grow, from
+  causal linear attention to Qwen3-Next's layer, and :func:`from_qwen3_next_gated_deltanet`
+  (chapter 12).
 
 ``check("1.1", answer)`` grades a learner's answer to an exercise (see :mod:`mha_course.exercises`).
 
@@ -35,6 +39,7 @@ from typing import TYPE_CHECKING
 from .attention import (
     CausalAttention,
     FastMultiHeadAttention,
+    GatedDeltaNet,
     GroupedQueryAttention,
     KVCache,
     MultiHeadAttention,
@@ -43,7 +48,15 @@ from .attention import (
     RotaryEmbedding,
     TiledMultiHeadAttention,
     causal_mask,
+    chunked_gated_delta_rule,
+    delta_rule_step,
+    elu_feature_map,
+    gated_delta_step,
+    l2_normalise,
+    linear_attention_quadratic,
+    linear_attention_recurrent,
     merge_heads,
+    recurrent_gated_delta_rule,
     rotate_half,
     split_heads,
     stack_qkv,
@@ -59,6 +72,7 @@ from .convert import (
     from_deepseek_v3_attention,
     from_gpt2_attention,
     from_llama_attention,
+    from_qwen3_next_gated_deltanet,
     from_torch_multihead,
     sdpa_forward,
     to_torch_multihead,
@@ -109,6 +123,16 @@ __all__ = [
     "MultiHeadLatentAttention",
     "yarn_softmax_scale",
     "from_deepseek_v3_attention",
+    "elu_feature_map",
+    "linear_attention_quadratic",
+    "linear_attention_recurrent",
+    "l2_normalise",
+    "delta_rule_step",
+    "gated_delta_step",
+    "recurrent_gated_delta_rule",
+    "chunked_gated_delta_rule",
+    "GatedDeltaNet",
+    "from_qwen3_next_gated_deltanet",
 ]
 
 

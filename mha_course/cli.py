@@ -10,7 +10,8 @@ runs, so building the parser imports neither the exercises' checks nor nbformat 
   token with and without a key/value cache, chapter 6; with ``--tiled``, attention with and
   without the score matrix, chapter 7; with ``--grouped``, grouped-query attention beside
   transformers' Llama layer and the fast path, chapters 6 and 8; with ``--latent``, one decoded
-  token of latent attention against grouped-query attention, chapter 10);
+  token of latent attention against grouped-query attention, chapter 10; with ``--deltanet``, the
+  gated delta rule against softmax attention, chapter 12);
 * ``specialise`` - :mod:`mha_course.experiments.specialisation`, the experiment of chapter 5;
 * ``student``, ``grade``, ``progress`` and ``lab`` - the student edition, the grader (with a class's
   gradebook), the learner's progress view, and JupyterLab opened on the student edition;
@@ -55,7 +56,7 @@ def _bench(args: argparse.Namespace) -> int:
         return _fail("bench", str(error))
     chosen = [option for option, on in (("--decode", args.decode), ("--heads-map", args.heads_map),
                                         ("--tiled", args.tiled), ("--grouped", args.grouped),
-                                        ("--latent", args.latent)) if on]
+                                        ("--latent", args.latent), ("--deltanet", args.deltanet)) if on]
     if len(chosen) > 1:
         count = {2: "two", 3: "three"}.get(len(chosen), "four")
         return _fail("bench", f"{' and '.join(chosen)} are {count} different benchmarks: choose one.")
@@ -69,6 +70,8 @@ def _bench(args: argparse.Namespace) -> int:
         return _bench_tiled(args)
     if args.block_size is not None:
         return _fail("bench", "--block-size applies to --tiled only: add --tiled, or leave it out.")
+    if args.deltanet:
+        return _bench_deltanet(args)
     if args.heads_map:
         return _bench_heads_map(args)
     try:
@@ -135,6 +138,14 @@ def _bench_tiled(args: argparse.Namespace) -> int:
                             TiledSettings, run_tiled_benchmark, tiled_summary, memory=not args.no_memory, **options)
 
 
+def _bench_deltanet(args: argparse.Namespace) -> int:
+    from .bench import DeltaNetSettings, deltanet_summary, run_deltanet_benchmark
+
+    return _fixed_benchmark(args, "--deltanet", "runs a prompt three ways (chunked, recurrent, sdpa) and decodes a "
+                            "token two ways (kv_cache, state)", DeltaNetSettings, run_deltanet_benchmark,
+                            deltanet_summary, memory=not args.no_memory)
+
+
 def _fixed_benchmark(args: argparse.Namespace, flag: str, does: str, settings_class, run, summarise,
                      **options) -> int:
     """A benchmark whose implementations and modes are fixed (``--decode``, ``--heads-map``, ``--tiled``,
@@ -179,6 +190,10 @@ def _add_bench(commands) -> None:
                        help="time one decoded token after up to 16k cached ones: latent attention expanded and absorbed "
                        "against grouped-query attention with the same cache (chapter 10; writes bench-latent-DEVICE.json, "
                        ".csv, .png)")
+    bench.add_argument("--deltanet", action="store_true",
+                       help="a prompt through the gated delta rule, chunked and recurrent, and softmax attention up to "
+                       "16k tokens, and one decoded token with a key/value cache against a fixed state (chapter 12; "
+                       "writes bench-deltanet-DEVICE.json, .csv, .png)")
     bench.add_argument("--block-size", type=int, default=None,
                        help="with --tiled: queries and keys per tile of the tiled loop (default: 64; quick: 8)")
     bench.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")

@@ -33,6 +33,7 @@ TAUGHT = {
     # where the rotation's cos and sin are made, and where forward applies them
     "book/09_positions_and_padding": ("RotaryEmbedding", ("cos_sin", "forward")),
     "book/10_storing_less_latent_attention": ("MultiHeadLatentAttention", ("__init__", "forward")),
+    "book/12_a_state_that_does_not_grow": ("GatedDeltaNet", ("__init__", "forward")),
 }
 
 #: The longest listing a page may show, comments included: a class a learner can hold in mind.

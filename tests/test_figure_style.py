@@ -144,6 +144,10 @@ BOOK_FIGURES = {
     "mha_course.plots.plot_todays_caches: seven published models":
         lambda: _plots().plot_todays_caches(
             _module("mha_course.todays_caches").cache_rows(lengths=[2**k for k in range(10, 18)])),
+    "mha_course.plots.plot_state_updates: four tokens":
+        lambda: _plots().plot_state_updates(),
+    "mha_course.bench.plots.plot_deltanet: stored run":
+        lambda: _module("mha_course.bench.plots").plot_deltanet(_bench_results("bench-deltanet-cpu.json")),
     "mha_course.bench.plots.plot_results: three sizes":
         lambda: _module("mha_course.bench.plots").plot_results(
             _bench_results(), configs=["small-4", "small-16", "gpt2-small"]),

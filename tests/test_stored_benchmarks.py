@@ -95,7 +95,8 @@ def test_two_thread_run_measures_the_same_machine_and_sizes_as_the_one_thread_ru
 
 STORED_RUNS = ("bench-cpu.json", "bench-cpu-2threads.json", "bench-cpu-mmap-off.json",
                "bench-cpu-malloc-reuse.json", "bench-decode-cpu.json", "bench-heads-map-cpu.json",
-               "bench-tiled-cpu.json", "bench-grouped-cpu.json", "bench-latent-cpu.json")
+               "bench-tiled-cpu.json", "bench-grouped-cpu.json", "bench-latent-cpu.json",
+               "bench-deltanet-cpu.json")
 
 
 @pytest.mark.parametrize("name", STORED_RUNS)
@@ -379,3 +380,21 @@ def test_fewer_key_value_heads_make_the_grouped_module_faster_than_the_fast_path
     ratio, _ = _grouped_ratios()["gpt2-groups-4"]
     assert ratio < 1, ratio
 
+
+# --- The gated delta rule against softmax attention (chapter 12) ---------------------------------------
+
+def test_stored_state_run_chunked_equals_recurrent_and_the_state_does_not_grow():
+    path = DATA / "bench-deltanet-cpu.json"
+    if not path.exists():
+        pytest.skip("bench-deltanet-cpu.json is not stored (book/data/README.md has the command)")
+    results = bench.load_results(path)
+    prompt = bench.deltanet_rows(results, "deltanet-prompt")
+    assert [r["num_tokens"] for r in prompt["sdpa"]][-1] == 16384  # prompts up to 16k tokens
+    assert all(r["max_abs_diff"] < 1e-4 for r in prompt["chunked"])  # the same function, computed two ways
+    decode = bench.deltanet_rows(results, "deltanet-decode")
+    assert len({r["cache_bytes"] for r in decode["state"]}) == 1
+    kv = [r["cache_bytes"] / r["num_tokens"] for r in decode["kv_cache"]]
+    assert len(set(kv)) == 1  # a key and a value per token, every token kept
+    # the chunked form keeps nothing quadratic in the length: its peak grows as T, not T^2
+    peaks = [r["peak_bytes"] for r in prompt["chunked"]]
+    assert all(b / a < 6 for a, b in zip(peaks, peaks[1:]))  # lengths x4 apart
