@@ -19,6 +19,10 @@ teaching order:
   and :func:`from_deepseek_v3_attention`, which builds it from DeepSeek-V3's layer (chapter 10).
 * :class:`SparseLatentAttention` - latent attention reading only the keys a :class:`LightningIndexer`
   picks, and :func:`from_deepseek_v32_attention` from DeepSeek-V3.2's layer (chapter 11).
+* :func:`linear_attention_recurrent`, :func:`recurrent_gated_delta_rule`,
+  :func:`chunked_gated_delta_rule` and :class:`GatedDeltaNet` - a state that does not grow, from
+  causal linear attention to Qwen3-Next's layer, and :func:`from_qwen3_next_gated_deltanet`
+  (chapter 12).
 
 ``check("1.1", answer)`` grades a learner's answer to an exercise (see :mod:`mha_course.exercises`).
 
@@ -37,6 +41,7 @@ from typing import TYPE_CHECKING
 from .attention import (
     CausalAttention,
     FastMultiHeadAttention,
+    GatedDeltaNet,
     GroupedQueryAttention,
     KVCache,
     MultiHeadAttention,
@@ -47,7 +52,15 @@ from .attention import (
     SparseLatentAttention,
     TiledMultiHeadAttention,
     causal_mask,
+    chunked_gated_delta_rule,
+    delta_rule_step,
+    elu_feature_map,
+    gated_delta_step,
+    l2_normalise,
+    linear_attention_quadratic,
+    linear_attention_recurrent,
     merge_heads,
+    recurrent_gated_delta_rule,
     rotate_half,
     split_heads,
     stack_qkv,
@@ -64,6 +77,7 @@ from .convert import (
     from_deepseek_v32_attention,
     from_gpt2_attention,
     from_llama_attention,
+    from_qwen3_next_gated_deltanet,
     from_torch_multihead,
     sdpa_forward,
     to_torch_multihead,
@@ -117,6 +131,16 @@ __all__ = [
     "SparseLatentAttention",
     "LightningIndexer",
     "from_deepseek_v32_attention",
+    "elu_feature_map",
+    "linear_attention_quadratic",
+    "linear_attention_recurrent",
+    "l2_normalise",
+    "delta_rule_step",
+    "gated_delta_step",
+    "recurrent_gated_delta_rule",
+    "chunked_gated_delta_rule",
+    "GatedDeltaNet",
+    "from_qwen3_next_gated_deltanet",
 ]
 
 

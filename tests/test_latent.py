@@ -201,3 +201,22 @@ def test_bad_input_and_misuse_of_the_cache_are_refused():
                                          r"\(1, 5\)"):
         module(random_batch(1, 1, 8), cache=cache, attention_mask=torch.ones(1, 1, dtype=torch.long))
     assert len(cache) == 4
+
+
+@pytest.mark.parametrize("q_lora_rank", [None, 5])
+@pytest.mark.parametrize("absorb", [False, True], ids=["expanded", "absorbed"])
+def test_the_products_torch_counts_are_the_cost_formulas(absorb, q_lora_rank):
+    """FLOPs counted by torch, prompt and one decoded token: absorbed, no latent is ever expanded."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from mha_course.cost import latent_multiply_adds
+
+    module = mla(q_lora_rank=q_lora_rank, absorb=absorb)
+    cache = KVCache()
+    sizes = dict(d_in=8, **SIZES, q_lora_rank=q_lora_rank, absorb=absorb)
+    with torch.no_grad():
+        for num_cached, num_new in ((0, 7), (7, 1)):
+            with FlopCounterMode(display=False) as counter:
+                module(random_batch(2, num_new, 8, seed=num_cached), cache=cache)
+            expected = latent_multiply_adds(2, num_new, num_cached=num_cached, **sizes)
+            assert counter.get_total_flops() == 2 * expected.total

@@ -210,8 +210,9 @@ class MultiHeadLatentAttention(nn.Module):
     """
 
     def __init__(self, d_in, context_length, dropout, num_heads, kv_lora_rank,
-                 qk_nope_head_dim, qk_rope_head_dim, v_head_dim, q_lora_rank=None,
-                 bias=False, rope_theta=10000.0, softmax_scale=None):
+                 qk_nope_head_dim, qk_rope_head_dim, v_head_dim,
+                 q_lora_rank=None, bias=False, rope_theta=10000.0,
+                 softmax_scale=None):
         super().__init__()
         args = validate_latent_args(
             d_in, context_length, dropout, num_heads, kv_lora_rank,
