@@ -165,6 +165,12 @@ BOOK_FIGURES = {
         lambda: _plots().plot_rotation(head_dim=8, rope_theta=10000.0),
     "mha_course.plots.plot_tiles: 10 tokens in tiles of 4":
         lambda: _plots().plot_tiles(10, block_size=4),
+    "mha_course.plots.plot_tiles: 24 tokens in tiles of 4, window 8":
+        lambda: _plots().plot_tiles(24, block_size=4, window=8),
+    "mha_course.plots.plot_window_mask: 10 tokens, window 4":
+        lambda: _plots().plot_window_mask(num_tokens=10, window=4),
+    "mha_course.plots.plot_ring_cache: window 4, 10 steps":
+        lambda: _plots().plot_ring_cache(window=4, num_tokens=10),
     "mha_course.bench.plots.plot_tiled: stored tiled run":
         lambda: _module("mha_course.bench.plots").plot_tiled(_bench_results("bench-tiled-cpu.json")),
     "mha_course.experiments.specialisation.plots.plot_accuracy_by_heads: stored runs":
