@@ -17,6 +17,8 @@ teaching order:
   :class:`TiledMultiHeadAttention` built on it (chapter 7).
 * :class:`MultiHeadLatentAttention` - keys and values expanded from one cached latent per token,
   and :func:`from_deepseek_v3_attention`, which builds it from DeepSeek-V3's layer (chapter 10).
+* ``GroupedQueryAttention(window=..., sinks=True)`` - sliding windows and attention sinks, with
+  :func:`from_mistral_attention` and :func:`from_gpt_oss_attention` (chapter 11).
 * :class:`SparseLatentAttention` - latent attention reading only the keys a :class:`LightningIndexer`
   picks, and :func:`from_deepseek_v32_attention` from DeepSeek-V3.2's layer (chapter 11).
 * :func:`linear_attention_recurrent`, :func:`recurrent_gated_delta_rule`,
@@ -62,6 +64,7 @@ from .attention import (
     merge_heads,
     recurrent_gated_delta_rule,
     rotate_half,
+    softmax_with_sinks,
     split_heads,
     stack_qkv,
     tiled_attention,
@@ -75,8 +78,10 @@ from .convert import (
     UnsupportedConfigError,
     from_deepseek_v3_attention,
     from_deepseek_v32_attention,
+    from_gpt_oss_attention,
     from_gpt2_attention,
     from_llama_attention,
+    from_mistral_attention,
     from_qwen3_next_gated_deltanet,
     from_torch_multihead,
     sdpa_forward,
@@ -131,6 +136,9 @@ __all__ = [
     "SparseLatentAttention",
     "LightningIndexer",
     "from_deepseek_v32_attention",
+    "from_mistral_attention",
+    "from_gpt_oss_attention",
+    "softmax_with_sinks",
     "elu_feature_map",
     "linear_attention_quadratic",
     "linear_attention_recurrent",

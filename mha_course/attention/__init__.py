@@ -34,6 +34,7 @@ from .linear import elu_feature_map, linear_attention_quadratic, linear_attentio
 from .masking import causal_mask, visibility, with_padding
 from .multihead import MultiHeadAttention, transfer_weights
 from .rotary import RotaryEmbedding, rotate_half
+from .sinks import softmax_with_sinks
 from .sparse import LightningIndexer, SparseLatentAttention
 from .tiled import TiledMultiHeadAttention, tiled_attention
 from .wrapper import MultiHeadAttentionWrapper
@@ -43,7 +44,7 @@ __all__ = [
     "FastMultiHeadAttention", "GroupedQueryAttention", "KVCache", "TiledMultiHeadAttention", "tiled_attention",
     "RotaryEmbedding", "rotate_half", "split_heads", "merge_heads", "stack_qkv", "unstack_qkv",
     "causal_mask", "visibility", "with_padding", "MultiHeadLatentAttention", "yarn_softmax_scale",
-    "LightningIndexer", "SparseLatentAttention",
+    "LightningIndexer", "SparseLatentAttention", "softmax_with_sinks",
     "elu_feature_map", "linear_attention_quadratic", "linear_attention_recurrent", "l2_normalise", "delta_rule_step",
     "gated_delta_step", "recurrent_gated_delta_rule", "chunked_gated_delta_rule", "GatedDeltaNet",
 ]

@@ -231,12 +231,15 @@ class KVCache:
         return (f", in {held.dtype} on {held.device}, where this layer's weights are {weight.dtype} on "
                 f"{weight.device} (a copy of a layer moved with .to() is another layer, whose keys would differ)")
 
-    def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def append(self, keys: torch.Tensor, values: torch.Tensor,
+               window: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Add the new tokens' keys and values; return all keys and values held, old then new.
 
         Called by :class:`GroupedQueryAttention` itself. Both arguments are ``(batch,
         num_kv_groups, num_new, head_dim)``; the result is ``(batch, num_kv_groups, len(self),
-        head_dim)`` after the append. It is :meth:`extend` under the names ``keys`` and ``values``.
+        head_dim)`` after the append. It is :meth:`extend` under the names ``keys`` and ``values``,
+        or, for a layer with a sliding ``window``, :meth:`slide`: the positions held before are then
+        at most the last ``window - 1``.
 
         Raises:
             ValueError: if the new keys do not fit what the cache holds (another batch size, number
@@ -259,6 +262,8 @@ class KVCache:
                 f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must have the same shape "
                 "(batch, num_kv_groups, num_new, head_dim)."
             )
+        if window is not None:
+            return self.slide(window, keys=keys, values=values)
         return self.extend(keys=keys, values=values)
 
     def extend(self, **new: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -30,10 +30,16 @@ The package, one concern per module:
   on the fused kernel beside transformers' ``LlamaAttention`` and beside the fast path.
 * :mod:`~mha_course.bench.latent` - ``bench --latent`` (chapter 10): one decoded token of latent
   attention, expanded and absorbed, against grouped-query attention with the same cache, up to 16k
+<<<<<<< ours
   cached tokens.
 * :mod:`~mha_course.bench.deltanet` - ``bench --deltanet`` (chapter 12): a prompt through the gated
   delta rule (chunked and recurrent) and softmax attention up to 16k tokens, and one decoded token
   with a key/value cache against Gated DeltaNet's fixed state.
+=======
+  cached tokens;
+* :mod:`~mha_course.bench.window` - ``bench --window`` (chapter 11): time and peak memory of attention
+  under a sliding window, the tiled loop against the fused kernel given the mask, at 8k and 16k tokens.
+>>>>>>> theirs
 
 The implementations themselves, and how to add one, are in :mod:`mha_course.implementations`.
 Importing this package, and reading results, works on any operating system.
@@ -53,8 +59,13 @@ from .heads_map_results import (HEADS_MAP, HEADS_MAP_IMPLEMENTATIONS, heads_map_
 from .machine import MachineState, cache_sizes, matmul_ceiling, stability_warnings
 from .latent import (LATENT_CONFIGS, LATENT_IMPLEMENTATIONS, LatentSettings, latent_rows, latent_summary,
                      latent_table, run_latent_benchmark)
+<<<<<<< ours
 from .plots import (plot_decode, plot_deltanet, plot_heads_map, plot_latent, plot_relative_times, plot_results,
                     plot_tiled)
+=======
+from .plots import plot_decode, plot_heads_map, plot_latent, plot_relative_times, plot_results, plot_tiled, \
+    plot_window
+>>>>>>> theirs
 from .results import (BASELINES, FORMAT_VERSION, add_ratios, compare_times, load_results, lookup, results_table,
                       select, summary)
 from .run import run_benchmark
@@ -64,6 +75,8 @@ from .sizes import (ALL_CONFIGS, ALL_DECODE_CONFIGS, ALL_HEADS_MAP_CONFIGS, CONF
 from .steps import MODE_LABELS, MODES, build_for, make_step
 from .tiled import (TILED_CONFIGS, TILED_IMPLEMENTATIONS, TiledSettings, run_tiled_benchmark, tiled_rows,
                     tiled_summary, tiled_table)
+from .window import (WINDOW_CONFIGS, WINDOWS, WindowSettings, run_window_benchmark, window_rows, window_summary,
+                     window_table)
 
 __all__ = [
     "IMPLEMENTATIONS", "Implementation", "build_implementations", "build_for", "make_step", "MODES", "MODE_LABELS",
@@ -81,6 +94,11 @@ __all__ = [
     "grouped_table", "grouped_summary",
     "LatentSettings", "LATENT_CONFIGS", "LATENT_IMPLEMENTATIONS", "run_latent_benchmark", "latent_rows",
     "latent_table", "latent_summary", "plot_latent",
+<<<<<<< ours
     "DeltaNetSettings", "DELTANET_CONFIGS", "run_deltanet_benchmark", "deltanet_rows", "deltanet_tables",
     "deltanet_summary", "crossing", "plot_deltanet",
+=======
+    "WindowSettings", "WINDOW_CONFIGS", "WINDOWS", "run_window_benchmark", "window_rows", "window_table",
+    "window_summary", "plot_window",
+>>>>>>> theirs
 ]
