@@ -7,17 +7,12 @@ runs, so building the parser imports neither the exercises' checks nor nbformat 
 * ``info`` - the package, torch and device in use;
 * ``bench`` - :mod:`mha_course.bench`, the timings of chapter 4 (with ``--heads-map``, the map of
   batched against stacked heads of chapter 3; with ``--decode``, the time of generating one
-<<<<<<< ours
   token with and without a key/value cache, chapter 6; with ``--tiled``, attention with and
   without the score matrix, chapter 7; with ``--grouped``, grouped-query attention beside
   transformers' Llama layer and the fast path, chapters 6 and 8; with ``--latent``, one decoded
   token of latent attention against grouped-query attention, chapter 10; with ``--deltanet``, the
-  gated delta rule against softmax attention, chapter 12);
-=======
-  token with and without a key/value cache, chapter 6; with ``--latent``, one decoded token of
-  latent attention against grouped-query attention, chapter 10; with ``--tiled``, attention with and
-  without the score matrix, chapter 7; with ``--window``, attention under a sliding window, chapter 11);
->>>>>>> theirs
+  gated delta rule against softmax attention, chapter 12; with ``--window``, attention under a
+  sliding window, chapter 11);
 * ``specialise`` - :mod:`mha_course.experiments.specialisation`, the experiment of chapter 5;
 * ``student``, ``grade``, ``progress`` and ``lab`` - the student edition, the grader (with a class's
   gradebook), the learner's progress view, and JupyterLab opened on the student edition;
@@ -61,13 +56,9 @@ def _bench(args: argparse.Namespace) -> int:
     except (ValueError, RuntimeError) as error:
         return _fail("bench", str(error))
     chosen = [option for option, on in (("--decode", args.decode), ("--heads-map", args.heads_map),
-<<<<<<< ours
                                         ("--tiled", args.tiled), ("--grouped", args.grouped),
-                                        ("--latent", args.latent), ("--deltanet", args.deltanet)) if on]
-=======
-                                        ("--tiled", args.tiled), ("--latent", args.latent),
+                                        ("--latent", args.latent), ("--deltanet", args.deltanet),
                                         ("--window", args.window)) if on]
->>>>>>> theirs
     if len(chosen) > 1:
         count = {2: "two", 3: "three"}.get(len(chosen), "four")
         return _fail("bench", f"{' and '.join(chosen)} are {count} different benchmarks: choose one.")
@@ -82,13 +73,9 @@ def _bench(args: argparse.Namespace) -> int:
     if args.tiled:
         return _bench_tiled(args)
     if args.block_size is not None:
-<<<<<<< ours
-        return _fail("bench", "--block-size applies to --tiled only: add --tiled, or leave it out.")
+        return _fail("bench", "--block-size applies to --tiled and --window only: add one of them, or leave it out.")
     if args.deltanet:
         return _bench_deltanet(args)
-=======
-        return _fail("bench", "--block-size applies to --tiled and --window only: add one of them, or leave it out.")
->>>>>>> theirs
     if args.heads_map:
         return _bench_heads_map(args)
     try:
@@ -125,13 +112,13 @@ def _bench_decode(args: argparse.Namespace) -> int:
                             DecodeSettings, run_decode_benchmark, decode_summary)
 
 
-<<<<<<< ours
 def _bench_grouped(args: argparse.Namespace) -> int:
     from .bench import GroupedSettings, grouped_summary, run_grouped_benchmark
 
     return _fixed_benchmark(args, "--grouped", "times each layer beside its reference (course and transformers, "
                             "grouped and fast)", GroupedSettings, run_grouped_benchmark, grouped_summary)
-=======
+
+
 def _bench_window(args: argparse.Namespace) -> int:
     from .bench import WindowSettings, run_window_benchmark, window_summary
 
@@ -139,7 +126,6 @@ def _bench_window(args: argparse.Namespace) -> int:
     return _fixed_benchmark(args, "--window", "runs attention under every window two ways (tiled, sdpa), forward and "
                             "forward with backward", WindowSettings, run_window_benchmark, window_summary,
                             memory=not args.no_memory, **options)
->>>>>>> theirs
 
 
 def _bench_latent(args: argparse.Namespace) -> int:
@@ -217,17 +203,14 @@ def _add_bench(commands) -> None:
                        help="time one decoded token after up to 16k cached ones: latent attention expanded and absorbed "
                        "against grouped-query attention with the same cache (chapter 10; writes bench-latent-DEVICE.json, "
                        ".csv, .png)")
-<<<<<<< ours
     bench.add_argument("--deltanet", action="store_true",
                        help="a prompt through the gated delta rule, chunked and recurrent, and softmax attention up to "
                        "16k tokens, and one decoded token with a key/value cache against a fixed state (chapter 12; "
                        "writes bench-deltanet-DEVICE.json, .csv, .png)")
-=======
     bench.add_argument("--window", action="store_true",
                        help="attention under a sliding window, the tiled loop against the fused kernel given the "
                        "mask, at 8k and 16k tokens, forward and forward with backward (chapter 11; writes "
                        "bench-window-DEVICE.json, .csv, .png)")
->>>>>>> theirs
     bench.add_argument("--block-size", type=int, default=None,
                        help="with --tiled or --window: queries and keys per tile of the tiled loop (default: 64 "
                        "for --tiled, 128 for --window; quick: 8)")

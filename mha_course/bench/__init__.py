@@ -30,16 +30,12 @@ The package, one concern per module:
   on the fused kernel beside transformers' ``LlamaAttention`` and beside the fast path.
 * :mod:`~mha_course.bench.latent` - ``bench --latent`` (chapter 10): one decoded token of latent
   attention, expanded and absorbed, against grouped-query attention with the same cache, up to 16k
-<<<<<<< ours
   cached tokens.
 * :mod:`~mha_course.bench.deltanet` - ``bench --deltanet`` (chapter 12): a prompt through the gated
   delta rule (chunked and recurrent) and softmax attention up to 16k tokens, and one decoded token
-  with a key/value cache against Gated DeltaNet's fixed state.
-=======
-  cached tokens;
+  with a key/value cache against Gated DeltaNet's fixed state;
 * :mod:`~mha_course.bench.window` - ``bench --window`` (chapter 11): time and peak memory of attention
   under a sliding window, the tiled loop against the fused kernel given the mask, at 8k and 16k tokens.
->>>>>>> theirs
 
 The implementations themselves, and how to add one, are in :mod:`mha_course.implementations`.
 Importing this package, and reading results, works on any operating system.
@@ -59,13 +55,8 @@ from .heads_map_results import (HEADS_MAP, HEADS_MAP_IMPLEMENTATIONS, heads_map_
 from .machine import MachineState, cache_sizes, matmul_ceiling, stability_warnings
 from .latent import (LATENT_CONFIGS, LATENT_IMPLEMENTATIONS, LatentSettings, latent_rows, latent_summary,
                      latent_table, run_latent_benchmark)
-<<<<<<< ours
 from .plots import (plot_decode, plot_deltanet, plot_heads_map, plot_latent, plot_relative_times, plot_results,
-                    plot_tiled)
-=======
-from .plots import plot_decode, plot_heads_map, plot_latent, plot_relative_times, plot_results, plot_tiled, \
-    plot_window
->>>>>>> theirs
+                    plot_tiled, plot_window)
 from .results import (BASELINES, FORMAT_VERSION, add_ratios, compare_times, load_results, lookup, results_table,
                       select, summary)
 from .run import run_benchmark
@@ -94,11 +85,8 @@ __all__ = [
     "grouped_table", "grouped_summary",
     "LatentSettings", "LATENT_CONFIGS", "LATENT_IMPLEMENTATIONS", "run_latent_benchmark", "latent_rows",
     "latent_table", "latent_summary", "plot_latent",
-<<<<<<< ours
     "DeltaNetSettings", "DELTANET_CONFIGS", "run_deltanet_benchmark", "deltanet_rows", "deltanet_tables",
     "deltanet_summary", "crossing", "plot_deltanet",
-=======
     "WindowSettings", "WINDOW_CONFIGS", "WINDOWS", "run_window_benchmark", "window_rows", "window_table",
     "window_summary", "plot_window",
->>>>>>> theirs
 ]

@@ -367,7 +367,6 @@ def plot_latent(results: dict):
     return fig
 
 
-<<<<<<< ours
 def plot_deltanet(results: dict):
     """A state run, log-log: a prompt's median time against its length for the chunked and recurrent forms
     of the gated delta rule and for softmax attention's fused kernel (left), and one decoded token's
@@ -382,25 +381,11 @@ def plot_deltanet(results: dict):
         >>> fig = plot_deltanet({"rows": rows})
         >>> [ax.get_legend_handles_labels()[1] for ax in fig.axes]
         [['chunked form', 'recurrent form', 'softmax attention (SDPA)'], ['key/value cache', 'fixed state']]
-=======
-def plot_window(results: dict):
-    """Median time (left) and peak memory (right) of one call against the window, for the tiled loop
-    and the fused kernel given the window's mask, at each length of a window run (forward pass;
-    log-log). The causal mask alone is drawn at its length, where the window covers everything.
-
-    Example:
-        >>> rows = [{"mode": "window", "num_tokens": t, "window": w, "implementation": n,
-        ...          "median_s": 1e-3 * (w or t) / t * (1 if n == "tiled" else 3), "peak_bytes": 2**20 * t}
-        ...         for t in (64, 128) for w in (8, 32, None) for n in ("tiled", "sdpa")]
-        >>> plot_window({"rows": rows}).axes[0].get_legend_handles_labels()[1]
-        ['tiled loop, T = 64', 'tiled loop, T = 128', 'SDPA with the mask, T = 64', 'SDPA with the mask, T = 128']
->>>>>>> theirs
     """
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
     from ..plots import OKABE_ITO, book_figsize, house_style
-<<<<<<< ours
     from .deltanet import deltanet_rows
     from .deltanet_steps import DECODE_MODE, PROMPT_MODE
 
@@ -428,7 +413,25 @@ def plot_window(results: dict):
             ax.set_ylabel(ylabel)
             ax.grid(True, which="major", alpha=0.3)
             ax.legend(loc="upper left", frameon=False)
-=======
+    return fig
+
+
+def plot_window(results: dict):
+    """Median time (left) and peak memory (right) of one call against the window, for the tiled loop
+    and the fused kernel given the window's mask, at each length of a window run (forward pass;
+    log-log). The causal mask alone is drawn at its length, where the window covers everything.
+
+    Example:
+        >>> rows = [{"mode": "window", "num_tokens": t, "window": w, "implementation": n,
+        ...          "median_s": 1e-3 * (w or t) / t * (1 if n == "tiled" else 3), "peak_bytes": 2**20 * t}
+        ...         for t in (64, 128) for w in (8, 32, None) for n in ("tiled", "sdpa")]
+        >>> plot_window({"rows": rows}).axes[0].get_legend_handles_labels()[1]
+        ['tiled loop, T = 64', 'tiled loop, T = 128', 'SDPA with the mask, T = 64', 'SDPA with the mask, T = 128']
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    from ..plots import OKABE_ITO, book_figsize, house_style
     from ..tables import format_bytes
     from .tiled_steps import WINDOW_IMPLEMENTATIONS, WINDOW_MODE
     from .window import window_rows
@@ -462,7 +465,6 @@ def plot_window(results: dict):
         memory.yaxis.set_major_formatter(FuncFormatter(lambda value, _: format_bytes(value)))
         handles, names = time.get_legend_handles_labels()
         fig.legend(handles, names, loc="outside lower center", ncol=2, frameon=False)
->>>>>>> theirs
     return fig
 
 
@@ -502,12 +504,11 @@ def save_latent_plot(results: dict, path) -> Path:
     return _save(plot_latent(results), path)
 
 
-<<<<<<< ours
 def save_deltanet_plot(results: dict, path) -> Path:
     """Draw :func:`plot_deltanet`, save it as ``path`` (PNG) and close it; return the path."""
     return _save(plot_deltanet(results), path)
-=======
+
+
 def save_window_plot(results: dict, path) -> Path:
     """Draw :func:`plot_window`, save it as ``path`` (PNG) and close it; return the path."""
     return _save(plot_window(results), path)
->>>>>>> theirs
