@@ -24,10 +24,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import validate_attention_args, validate_bool, validate_input, validate_positive_int
+from ._validation import (validate_attention_args, validate_bool, validate_input, validate_positive_int,
+                          validate_window)
 from .heads import captured_attention_weights, merge_heads, score_dtype, split_heads
 from .kv_cache import cache_start
-from .masking import WINDOW_HINT, causal_mask, drop_loaded_mask, safe_softmax, with_padding
+from .masking import causal_mask, drop_loaded_mask, safe_softmax, with_padding
 from .multihead import MultiHeadAttention, not_a_multihead
 from .rotary import RotaryEmbedding
 from .sinks import softmax_with_sinks
@@ -136,8 +137,7 @@ class GroupedQueryAttention(nn.Module):
         self.rotary = (None if rope_theta is None  # Llama's rotary positions
                        else RotaryEmbedding(self.head_dim, rope_theta))
         # Chapter 11: a sliding window, and gpt-oss's sink logit per head.
-        self.window = (None if window is None else validate_positive_int(
-            "window", window, hint=WINDOW_HINT))
+        self.window = validate_window(window)
         self.sinks = (nn.Parameter(torch.zeros(self.num_heads))
                       if validate_bool("sinks", sinks) else None)
         # No mask buffer; a state dict with a causal mask (MultiHeadAttention's) loads all the same.

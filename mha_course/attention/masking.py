@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._validation import validate_attention_mask, validate_non_negative_int, validate_positive_int
+from ._validation import validate_attention_mask, validate_non_negative_int, validate_window
 
 
 def causal_mask(num_tokens: int, device: torch.device | str | None = None, start: int = 0,
@@ -53,18 +53,14 @@ def causal_mask(num_tokens: int, device: torch.device | str | None = None, start
     num_tokens = validate_non_negative_int("num_tokens", num_tokens)
     start = validate_non_negative_int("start", start)
     first = 0  # the position of the first column
+    window = validate_window(window)
     if window is not None:
-        window = validate_positive_int("window", window, hint=WINDOW_HINT)
         first = max(0, start - window + 1)
     future = torch.ones(num_tokens, start + num_tokens - first, dtype=torch.bool, device=device)
     mask = torch.triu(future, diagonal=start - first + 1)  # keys after the query
     if window is not None:  # and keys window or more positions before it
         mask |= torch.tril(future, diagonal=start - first - window)
     return mask
-
-
-#: What a window is, for the messages that refuse one.
-WINDOW_HINT = "It is how many positions a query sees, itself included (e.g. window=4096, Mistral's)."
 
 
 def visibility(num_tokens: int) -> torch.Tensor:

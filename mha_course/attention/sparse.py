@@ -31,9 +31,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._validation import validate_input, validate_positive_int
-from .heads import merge_heads, split_heads
+from .heads import merge_heads, score_dtype, split_heads
 from .kv_cache import cache_start
-from .latent import MultiHeadLatentAttention, masked_softmax, visible_keys_mask, with_shared
+from .latent import MultiHeadLatentAttention, with_shared
+from .masking import causal_mask, safe_softmax, with_padding
 from .rotary import RotaryEmbedding
 
 
@@ -150,8 +151,8 @@ class SparseLatentAttention(MultiHeadLatentAttention):
                        like=self.out_proj.weight)
         start = cache_start(cache, self, x.shape[1], self.context_length)
         # True where a query may not look: a later key, or padding
-        mask = visible_keys_mask(start, x.shape[1], attention_mask, len(x),
-                                 x.device)  # (T, S) or (B, 1, T, S)
+        mask = with_padding(causal_mask(x.shape[1], x.device, start=start),
+                            attention_mask, len(x))  # (T, S) or (B, 1, T, S)
         down, norm, up = self.W_query
         q_low = norm(down(x))  # (B, T, q_lora_rank): read by the indexer too
         queries = split_heads(up(q_low), self.num_heads)  # (B, h, T, d_qk)
@@ -179,7 +180,8 @@ class SparseLatentAttention(MultiHeadLatentAttention):
             scores += with_shared(q_nope @ w_uk, latent.mT)
         else:  # every head's keys expanded from the latent
             scores += q_nope @ split_heads(self.W_up_key(latent), h).mT
-        weights = masked_softmax(scores * self.softmax_scale, mask)
+        scores = scores.to(score_dtype(scores.dtype)) * self.softmax_scale
+        weights = safe_softmax(scores, mask)  # 0 in a row that sees no key
         weights = self.dropout(weights.to(latent.dtype))
         if self.absorb:  # weigh the latents, then W_UV: (B, h, T, d_v)
             w_uv = self.W_up_value.weight.view(h, d_v, -1)  # (h, d_v, r)
