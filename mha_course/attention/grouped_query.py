@@ -105,6 +105,12 @@ class GroupedQueryAttention(nn.Module):
         torch.Size([1, 6, 8])
         >>> gqa.W_query.weight.shape, gqa.W_key.weight.shape  # 4 query heads, 2 key heads, of width 2
         (torch.Size([8, 8]), torch.Size([4, 8]))
+        >>> from mha_course import KVCache
+        >>> windowed = GroupedQueryAttention(8, 8, 64, 0.0, 4, 2, window=4)  # a token sees 4 positions
+        >>> cache = KVCache()
+        >>> _ = windowed(torch.rand(1, 10, 8), cache=cache)
+        >>> len(cache), cache.held  # 10 positions seen, the last 3 kept: all the next token can see
+        (10, 3)
     """
 
     #: Run the fused kernel (True) or the explicit computation (False).
