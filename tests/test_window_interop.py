@@ -203,3 +203,24 @@ def test_what_the_course_cannot_express_gets_one_named_error():
     dynamic = mistral(rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0})
     with pytest.raises(UnsupportedConfigError, match=r"rope_type='dynamic' is not supported"):
         from_mistral_attention(dynamic)
+
+
+def test_a_layer_of_gpt_oss_120b_s_published_sizes_converts_and_equals_transformers():
+    """gpt-oss-120b's attention (config.json): width 2880, 64 heads of 64 (4096, wider than the model), 8 key/value
+    heads, a window of 128, its yarn rotation; a prompt of 160 tokens reaches past the window."""
+    settings = dict(hidden_size=2880, num_attention_heads=64, num_key_value_heads=8, head_dim=64, sliding_window=128,
+                    layer_types=["sliding_attention", "full_attention"], num_hidden_layers=2, attention_bias=True,
+                    rope_parameters=dict(GPT_OSS_YARN, rope_theta=150000.0), max_position_embeddings=131072,
+                    attn_implementation="eager")
+    config = GptOssConfig(**settings)
+    x = torch.randn(1, 160, 2880, generator=torch.Generator().manual_seed(7))
+    real, positions = torch.ones(1, 160, dtype=torch.long), torch.arange(160)[None]
+    for layer_idx in (0, 1):
+        torch.manual_seed(layer_idx)
+        attention = GptOssAttention(config, layer_idx=layer_idx).eval()
+        with torch.no_grad():
+            for name, p in attention.named_parameters():
+                p.copy_(torch.randn_like(p) * (1.0 if name == "sinks" else 0.02))
+            ours = from_gpt_oss_attention(attention)
+            assert (ours.window, ours.out_width, ours.d_out) == ((128, None)[layer_idx], 2880, 4096)
+            torch.testing.assert_close(ours(x), theirs(attention, x, real, positions), **FLOAT32)
