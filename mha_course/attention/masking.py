@@ -56,7 +56,8 @@ def causal_mask(num_tokens: int, device: torch.device | str | None = None, start
     window = validate_window(window)
     if window is not None:
         first = max(0, start - window + 1)
-    future = torch.ones(num_tokens, start + num_tokens - first, dtype=torch.bool, device=device)
+    future = torch.ones(num_tokens, start + num_tokens - first,
+                        dtype=torch.bool, device=device)
     mask = torch.triu(future, diagonal=start - first + 1)  # keys after the query
     if window is not None:  # and keys window or more positions before it
         mask |= torch.tril(future, diagonal=start - first - window)
