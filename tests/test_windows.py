@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from mha_course import GroupedQueryAttention, KVCache, causal_mask, with_padding
 from mha_course.attention.heads import merge_heads, split_heads
