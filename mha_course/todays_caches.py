@@ -279,6 +279,9 @@ def _small_layers(name: str, context_length: int) -> dict:
             own = config.per_layer_config[config.layer_types.index("full_attention")]
         heads, head_dim = own.num_key_value_heads, own.head_dim
         layers["full"] = GroupedQueryAttention(8, heads * head_dim, context_length, 0.0, heads, heads)
+        # the explicit path keeps the same cache and runs in bfloat16 on any processor: PyTorch's fused
+        # kernel on the CPU wants AVX-512 for bfloat16 prompts past a few tokens
+        layers["full"].use_sdpa = False
     if "state" in kinds:
         layers["state"] = GatedDeltaNet(8, config.linear_num_value_heads, config.linear_num_key_heads,
                                         config.linear_key_head_dim, config.linear_value_head_dim,

@@ -121,3 +121,17 @@ def test_cross_layer_sharing_keeps_what_the_count_says():
         for layer, t in zip(layers, PUBLISHED["Gemma-4-E2B"].config().layer_types, strict=True) if layer.kind == "shared")
     assert held["shared"] / held["own"] == pytest.approx(counted / own)
     assert held["shared"] / held["own"] == pytest.approx(18 / 42)
+
+
+def test_the_layers_are_measured_on_a_processor_without_avx512():
+    """The chapter runs under ATEN_CPU_CAPABILITY=default, as on a processor without AVX-512, where PyTorch's
+    fused kernel refuses a bfloat16 prompt of 70 tokens: the measuring layers must not depend on it."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from mha_course.todays_caches import layer_checks; "
+            "assert all(r['equal'] for r in layer_checks(['Qwen3-Next-80B-A3B', 'Llama-3.1-8B']))")
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ATEN_CPU_CAPABILITY": "default"},
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
