@@ -128,7 +128,7 @@ def hybrid_cache_table(rows: list[dict], name: str = HYBRID) -> Table:
     return Table(columns, [[r[c] for c in columns] for r in rows],
                  formats={c: "bytes" for c in columns[1:]},
                  title=f"What {name} keeps for one sequence, a bfloat16 model, measured with KVCache.nbytes",
-                 notes=["state layer: the state in float32, as transformers keeps it, and the convolution's last "
+                 notes=["state layer: the state in float32, as transformers and the course keep it, and the convolution's last "
                         f"{config.linear_conv_kernel_dim - 1} inputs.",
                         f"hybrid: {kinds.count('state')} Gated DeltaNet layers and {kinds.count('full')} attention "
                         f"layers, as published; all attention: the {len(kinds)} layers as attention layers."])
