@@ -160,7 +160,7 @@ class GroupedQueryAttention(nn.Module):
                 is_causal=mask is None and not start,
                 attn_mask=None if mask is None else ~mask)  # (B, h, T, d_h)
         else:  # step by step: each key/value head repeated for its group,
-            # g0 g0 g1 g1 ... (repeat_interleave; repeat would give g0 g1 g0 g1)
+            # KV1 KV1 KV2 KV2 ... (repeat_interleave; repeat: KV1 KV2 KV1 KV2)
             r = self.group_size
             keys = keys.repeat_interleave(r, dim=1)  # (B, h, end, d_h)
             values = values.repeat_interleave(r, dim=1)  # (B, h, end, d_h)
