@@ -153,7 +153,7 @@ class GroupedQueryAttention(nn.Module):
         if attention_mask is not None or (start and x.shape[1] > 1):
             mask = with_padding(causal_mask(x.shape[1], x.device, start=start),
                                 attention_mask, len(x))
-        if self.use_sdpa:  # query head i reads key/value head i // group_size
+        if self.use_sdpa:  # each group of query heads reads its KV head
             p = self.dropout.p if self.training else 0.0
             context = F.scaled_dot_product_attention(  # its mask: True = see
                 queries, keys, values, dropout_p=p, enable_gqa=g < h,
