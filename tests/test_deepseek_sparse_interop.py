@@ -15,8 +15,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mha_course import KVCache, SparseLatentAttention, UnsupportedConfigError, from_deepseek_v32_attention
-from mha_course.attention.latent import visible_keys_mask
+from mha_course import (KVCache, SparseLatentAttention, UnsupportedConfigError, causal_mask,
+                        from_deepseek_v32_attention)
 from mha_course.attention.sparse import zero_ties
 
 transformers = pytest.importorskip("transformers")
@@ -97,7 +97,7 @@ def test_the_indexer_chooses_the_keys_transformers_chooses():
         causal = additive(torch.ones(2, 9), 9)[:, 0]
         expected = attention.indexer(x, q_low, rotation, causal, positions).long()  # (B, T, k)
         index_q, index_k = ours.indexer(x, ours.W_query[1](ours.W_query[0](x)), start=0)
-        hidden = ours.indexer.select(ours.indexer.scores(x, index_q, index_k), visible_keys_mask(0, 9, None, 2, "cpu"))
+        hidden = ours.indexer.select(ours.indexer.scores(x, index_q, index_k), causal_mask(9))
     chosen = torch.ones(2, 9, 9, dtype=torch.bool).scatter(-1, expected, False)  # True: not chosen
     causal_hidden = torch.ones(9, 9, dtype=torch.bool).triu(1)
     torch.testing.assert_close(hidden[:, 0], chosen | causal_hidden)  # the same visible keys chosen
@@ -189,7 +189,7 @@ def test_few_index_heads_tie_at_zero_and_top_k_then_breaks_ties_its_own_way():
     def zeros_and_ties(index_heads, seed):
         attention = deepseek(index_heads=index_heads, topk=4, seed=seed)
         ours = from_deepseek_v32_attention(attention)
-        x, hidden = inputs(tokens=12, seed=seed), visible_keys_mask(0, 12, None, 2, "cpu")
+        x, hidden = inputs(tokens=12, seed=seed), causal_mask(12)
         with torch.no_grad():
             index_q, index_k = ours.indexer(x, ours.W_query[1](ours.W_query[0](x)), start=0)
             scores = ours.indexer.scores(x, index_q, index_k)
