@@ -322,7 +322,7 @@ def test_exercises_come_last_so_stubs_cannot_break_the_chapter(chapter):
     assert len(stubs) + len(checks) == len(code) - 1
 
 
-@pytest.mark.chapters
+@pytest.mark.kernel
 @POSIX_GRADING
 @pytest.mark.skipif(not CHAPTERS, reason="no chapter notebook has exercises yet")
 def test_first_student_chapter_runs_top_to_bottom_every_check_waits_and_it_scores_0(tmp_path):
@@ -338,7 +338,7 @@ def test_first_student_chapter_runs_top_to_bottom_every_check_waits_and_it_score
     assert report.score == 0
 
 
-@pytest.mark.chapters
+@pytest.mark.kernel
 @pytest.mark.skipif(len(CHAPTERS) < 2, reason="only one chapter has exercises")
 def test_later_chapters_exercise_sections_run_and_every_check_waits(tmp_path):
     # The whole of each later chapter already runs under nbval in its source edition; what the

@@ -1,21 +1,13 @@
-"""``python -m mha_course grade``: notebooks or a class folder in, a score table, a gradebook and an exit status out.
+"""``python -m mha_course grade``: notebooks or a class's folder in; a score table, a gradebook and an exit status out.
 
-The grader (:mod:`mha_course.grading.grader`) grades notebooks; this module is the command around it:
-
-* what to grade: the notebooks named, or with ``--submissions DIR`` every notebook under each
-  subfolder of ``DIR``, the subfolder's name being the student's (``submitted/alice/01_....ipynb``,
-  as nbgrader collects them; :func:`collect`);
-* the gradebook (:func:`gradebook`): a row per student and exercise, for every exercise of every
-  chapter graded (those of the notebooks, and those named with ``--chapters``), a student's missing
-  notebook included as ``not submitted``. A student with two notebooks of one chapter is scored by
-  the one that earned more. Points are 1 for a pass, or with ``--partial`` the share of the checks
-  passed; ``--csv FILE`` writes it (:func:`write_csv`);
-* ``--gradescope FILE``: Gradescope's ``results.json`` for one submission
-  (:mod:`mha_course.grading.gradescope`);
-* the exit status, for a classroom runner (GitHub Classroom's command grader scores by it): 0 when
-  every exercise graded passed, 1 when one did not, or a notebook had none to grade (or grading
-  cannot run on this platform), 2 for a mistake on the command line. Without ``--submissions`` the
-  gradebook's student column is empty.
+With ``--submissions DIR`` every notebook under each subfolder of ``DIR`` is graded, the subfolder's name
+being the student's (``submitted/alice/01_....ipynb``, as nbgrader collects them). The gradebook has a row
+per student and exercise of every chapter graded (or named with ``--chapters``), a missing notebook as
+``not submitted``, a student's best notebook of a chapter counting; points are 1 for a pass, or the share of
+the checks passed with ``--partial``. ``--require-sandbox`` refuses to grade where no sandbox starts, and
+``--in-container`` starts none (Gradescope's container per submission). The exit status suits a classroom
+runner: 0 when every exercise graded passed, 1 when one did not (or a notebook had none, or grading cannot
+run here), 2 for a mistake on the command line or a sandbox required and missing.
 
 Example:
     >>> from mha_course.grading.report import score
@@ -36,17 +28,16 @@ import sys
 from dataclasses import astuple, dataclass
 from pathlib import Path
 
-from ..exercises import EXERCISES
+from .. import exercises
 from ..exercises.framework import PASSED
 from ..notebook_files import in_tool_folder
-from .confinement import adopt_orphans, landlock_version
-from .grading_setup import GradingUnavailableError, limit_errors, platform_problem
+from .grading_setup import USAGE_ERROR, GradingUnavailableError, limit_errors, parse_chapters, platform_problem
 from .report import NotebookReport, format_report
 
 #: The status of an exercise whose chapter's notebook a student did not hand in.
 NOT_SUBMITTED = "not submitted"
 #: The exit statuses of ``grade``.
-ALL_PASSED, NOT_ALL_PASSED, USAGE_ERROR = 0, 1, 2
+ALL_PASSED, NOT_ALL_PASSED = 0, 1
 
 
 @dataclass
@@ -67,9 +58,8 @@ class GradebookRow:
 
 
 def collect(submissions: Path) -> dict[str, list[Path]]:
-    """Each student (a subfolder of ``submissions``) and the notebooks under it, at any depth
-    (Jupyter's checkpoints left out). A student whose folder holds none is kept, with none. A
-    notebook directly in ``submissions`` belongs to no student: it is named on stderr and left out."""
+    """Each student (a subfolder of ``submissions``) and the notebooks under it, at any depth (checkpoints
+    left out); a notebook directly in ``submissions`` belongs to no student: named on stderr, left out."""
     for stray in sorted(submissions.glob("*.ipynb")):
         print(f"{stray} is in no student's folder: not graded (put it in {submissions}/STUDENT/)", file=sys.stderr)
     students = {}
@@ -80,8 +70,7 @@ def collect(submissions: Path) -> dict[str, list[Path]]:
 
 
 def points(status: str, checks_passed: int, checks_total: int, partial: bool = False) -> float:
-    """An exercise's points out of 1: 1 for a pass; with ``partial``, the share of the checks passed
-    (0 for an answer refused as not written by the learner, whose first check fails)."""
+    """An exercise's points out of 1: 1 for a pass; with ``partial``, the share of the checks passed."""
     if status == PASSED:
         return 1
     return round(checks_passed / checks_total, 4) if partial and checks_total and checks_passed else 0
@@ -89,16 +78,17 @@ def points(status: str, checks_passed: int, checks_total: int, partial: bool = F
 
 def graded_chapters(reports: list[NotebookReport], chapters: list[int] | None = None) -> list[int]:
     """The chapters whose exercises count: those graded in ``reports``, and ``chapters``."""
-    found = {EXERCISES[e.id].chapter for report in reports for e in report.exercises if e.id in EXERCISES}
+    found = {exercises.EXERCISES[e.id].chapter for report in reports for e in report.exercises
+             if e.id in exercises.EXERCISES}
     return sorted(found | set(chapters or []))
 
 
 def gradebook(students: dict[str, list[NotebookReport]], chapters: list[int] | None = None,
               partial: bool = False) -> list[GradebookRow]:
-    """A row per student and per exercise of the graded chapters (see :func:`graded_chapters`), in
-    the order of the course; an exercise no notebook of the student was graded on is ``not submitted``."""
+    """A row per student and exercise of the graded chapters, in the course's order (``not submitted``
+    where no notebook of the student was graded on it)."""
     every = [report for reports in students.values() for report in reports]
-    wanted = [eid for eid, exercise in EXERCISES.items() if exercise.chapter in graded_chapters(every, chapters)]
+    wanted = [eid for eid, e in exercises.EXERCISES.items() if e.chapter in graded_chapters(every, chapters)]
     rows = []
     for student, reports in students.items():
         best: dict[str, GradebookRow] = {}
@@ -111,12 +101,11 @@ def gradebook(students: dict[str, list[NotebookReport]], chapters: list[int] | N
                     best[e.id] = row
         for eid in wanted:
             rows.append(best.get(eid) or GradebookRow(student, "", eid, NOT_SUBMITTED, 0, 1, 0,
-                                                      len(EXERCISES[eid].checks)))
+                                                      len(exercises.EXERCISES[eid].checks)))
     return rows
 
 
 def write_csv(rows: list[GradebookRow], path: Path) -> None:
-    """Write the gradebook as CSV, one row per student and exercise, with :attr:`GradebookRow.HEADER`."""
     with path.open("w", newline="", encoding="utf-8") as file:
         writer = csv.writer(file)
         writer.writerow(GradebookRow.HEADER)
@@ -124,25 +113,10 @@ def write_csv(rows: list[GradebookRow], path: Path) -> None:
 
 
 def exit_status(rows: list[GradebookRow], reports: list[NotebookReport] = ()) -> int:
-    """:data:`ALL_PASSED` when every row passed and each of ``reports`` scored an exercise, else
-    :data:`NOT_ALL_PASSED` (a notebook that could not be read, or has no exercise, is no pass)."""
+    """:data:`ALL_PASSED` when every row passed and each of ``reports`` scored an exercise."""
     if any(not report.exercises for report in reports):
         return NOT_ALL_PASSED
     return ALL_PASSED if all(row.status == PASSED for row in rows) else NOT_ALL_PASSED
-
-
-def parse_chapters(text: str | None) -> tuple[list[int], str | None]:
-    """The chapters of ``--chapters 1,2`` and what is wrong with them, if anything."""
-    known = sorted({exercise.chapter for exercise in EXERCISES.values()})
-    try:
-        chapters = [int(part) for part in (text or "").split(",") if part.strip()]
-    except ValueError:
-        return [], f"--chapters takes chapter numbers separated by commas, e.g. 1,2; got {text!r}"
-    unknown = [c for c in chapters if c not in known]
-    if unknown:
-        return [], (f"--chapters {text}: no exercises in chapter {', '.join(map(str, unknown))}; the chapters with "
-                    f"exercises are {', '.join(map(str, known))}")
-    return chapters, None
 
 
 def _usage_errors(args: argparse.Namespace) -> list[str]:
@@ -165,7 +139,6 @@ def _usage_errors(args: argparse.Namespace) -> list[str]:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run ``python -m mha_course grade`` (see the module's docstring for the exit status)."""
     from .grader import grade
     from .gradescope import write_results
 
@@ -180,15 +153,12 @@ def main(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     students = collect(args.submissions) if args.submissions is not None else {"": list(args.notebooks)}
     paths = [path for notebooks in students.values() for path in notebooks]
-    if not landlock_version():
-        print("note: this system cannot confine the notebooks (Landlock, Linux 5.13 or later): a notebook could "
-              "change the files later gradings use. Grade each submission in a container of its own.", file=sys.stderr)
     try:
         reports = grade(paths, args.timeout, args.check_timeout, cell_timeout=args.cell_timeout, jobs=args.jobs,
-                        seed=args.seed, orphans=adopt_orphans())
-    except GradingUnavailableError as error:  # the package's compiled files are not its source
+                        seed=args.seed, in_container=args.in_container, require_sandbox=args.require_sandbox)
+    except GradingUnavailableError as error:  # --require-sandbox, and no sandbox starts here
         print(f"error: {error}", file=sys.stderr)
-        return NOT_ALL_PASSED
+        return USAGE_ERROR
     by_path = dict(zip(paths, reports))
     graded = {student: [by_path[path] for path in notebooks] for student, notebooks in students.items()}
     rows = gradebook(graded, chapters, args.partial)
@@ -205,7 +175,3 @@ def main(args: argparse.Namespace) -> int:
         write_results(reports, rows, args.gradescope)
         print(f"Gradescope results written to {args.gradescope}")
     return exit_status(rows, reports)
-
-
-__all__ = ["GradebookRow", "collect", "parse_chapters", "points", "graded_chapters", "gradebook", "write_csv", "exit_status", "main",
-           "NOT_SUBMITTED", "ALL_PASSED", "NOT_ALL_PASSED", "USAGE_ERROR"]

@@ -1,37 +1,55 @@
-"""The grader's verdicts and report: which exercises a notebook is graded on, each one's score, the table.
+"""The grader's verdicts and report: which exercises a notebook is graded on, their seeds, each one's
+score, and the table ``python -m mha_course grade`` prints.
 
-The grader collects, for each notebook, what its run and its answer process found out; this module
-turns that into an :class:`ExerciseScore` per exercise, judged against the package's reference in
-the grader's own process (which never ran any notebook code), notes every disagreement between a
-verdict and the line the notebook printed, and formats the score table that
-``python -m mha_course grade`` prints (a :class:`mha_course.tables.Table` per notebook).
+Each exercise is judged against the package's reference in the grader's own process, from what the
+answer process recorded; a verdict that disagrees with the line the notebook printed is noted. The
+statuses are the checks' (``passed``, ``failed``, ``not implemented``, ``missing``, ``error``) and the
+grader's own: :data:`TIMED_OUT`, :data:`NOT_RUN`, :data:`NOT_SCORED`, :data:`NOT_CHECKED`.
 
-The statuses are those of the checks (``passed``, ``failed``, ``not implemented``, ``missing``,
-``error``) and the grader's own: :data:`TIMED_OUT`, :data:`NOT_RUN`, :data:`NOT_SCORED`,
-:data:`NOT_CHECKED`.
+Every check draws its inputs from a seed: the grader draws one per notebook (:func:`grading_seed`:
+fresh, or ``MHA_COURSE_CHECK_SEED``, or ``grade --seed SEED``) and derives one per exercise from it
+(:func:`exercise_seeds`), sent to the answer process before any of the notebook's code runs there. The
+report keeps both, so grading the notebook again with ``--seed`` replays the same inputs and verdicts.
+
+Example:
+    >>> exercise_seeds(1234, ["1.1", "1.2"]) == exercise_seeds(1234, ["1.1", "1.2"])
+    True
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import nbformat
-
 from ..tables import Table
-from ..exercises import EXERCISES
-from .answer_process import RECORD, TAMPERED, TIMED_OUT
-from .grading_setup import raise_it
-from ..exercises.framework import ERROR, FAIL_MARK, MISSING, PASS_MARK, PASSED, WAITING_MARK, judge
-from .answer_probing import from_message
+from .. import exercises
+from .answer_process import RECORD, TAMPERED, TIMED_OUT, from_message
+from .grading_setup import first_line, raise_it, seconds
+from ..exercises.framework import ERROR, FAIL_MARK, MISSING, PASS_MARK, PASSED, WAITING_MARK, judge, run_seed
 from ..notebook_files import chapter_number
-from .notebook_run import NotebookRun, first_line, seconds
+from .notebook_run import NotebookRun
 
 # The statuses the grader adds to those of the checks (passed, failed, not implemented, missing, error).
 NOT_RUN = "not run"  # the cell defining the answer never ran (time-out, dead kernel, exit())
 NOT_SCORED = "not scored"  # the notebook changed the package or the checking code
 NOT_CHECKED = "not checked"  # the notebook's kernel could not be started
+
+#: Seeds are below this bound, as :func:`mha_course.exercises.framework.run_seed` draws them.
+SEED_BOUND = 1_000_000
+
+
+def grading_seed(seed: int | None = None) -> int:
+    """The seed of one notebook's grading: ``seed`` if given, else a fresh one (see ``run_seed``)."""
+    return run_seed() if seed is None else seed % SEED_BOUND
+
+
+def exercise_seeds(seed: int, exercise_ids: list[str]) -> dict[str, int]:
+    """The seed of each exercise's inputs, derived from the grading's ``seed`` and the exercise's id."""
+    return {exercise_id: int.from_bytes(hashlib.sha256(f"{seed}:{exercise_id}".encode()).digest()[:8], "big")
+            % SEED_BOUND for exercise_id in exercise_ids}
+
 
 _UNDEFINED = re.compile(r"name '(\w+)' is not defined")
 _CHECK_CALL = re.compile(r"""check\(\s*["'](\d+\.\d+)["']""")
@@ -50,7 +68,7 @@ class ExerciseScore:
     checks_total: int
     line: str
     notebook_printed: str | None = None  # the verdict line the notebook itself printed, if any
-    seed: int | None = None  # the seed of the inputs its answer was checked on (see grading.seeds)
+    seed: int | None = None  # the seed of the inputs its answer was checked on (see exercise_seeds)
 
 
 @dataclass
@@ -64,6 +82,7 @@ class NotebookReport:
     seed: int | None = None  # the grading's seed: `grade --seed SEED` draws the same inputs again
     package_version: str | None = None  # mha_course's version that graded it
     sha256: str | None = None  # the notebook file's SHA-256, as graded
+    sandbox: str | None = None  # what kept it apart from the other notebooks: bubblewrap, container or none
 
     @property
     def score(self) -> int:
@@ -76,32 +95,32 @@ class NotebookReport:
     def to_dict(self) -> dict:
         return {"notebook": self.notebook, "score": self.score, "max_score": self.max_score,
                 "events": self.events, "seconds": round(self.seconds, 1), "seed": self.seed,
-                "package_version": self.package_version, "sha256": self.sha256,
+                "package_version": self.package_version, "sha256": self.sha256, "sandbox": self.sandbox,
                 "exercises": [asdict(e) for e in self.exercises]}
 
     @classmethod
     def from_dict(cls, data: dict) -> "NotebookReport":
         return cls(data["notebook"], [ExerciseScore(**e) for e in data["exercises"]], list(data["events"]),
-                   data.get("seconds", 0.0), data.get("seed"), data.get("package_version"), data.get("sha256"))
+                   data.get("seconds", 0.0), data.get("seed"), data.get("package_version"), data.get("sha256"),
+                   data.get("sandbox"))
 
 
-def exercises_for(notebook: nbformat.NotebookNode, path: Path) -> list[str]:
-    """The exercises to grade: every exercise of each chapter the notebook belongs to.
-
-    A chapter is recognised from the ``check("2.1", ...)`` calls in the notebook and from a file
-    name starting with the chapter number (``02_...``), so deleting a check cell does not take
-    that exercise off the score table.
-    """
-    chapters = set()
-    for cell in notebook.cells:
-        if cell.cell_type == "code":
-            chapters.update(int(found.split(".")[0]) for found in _CHECK_CALL.findall(cell.source))
-    if chapter_number(path.name) is not None:
-        chapters.add(chapter_number(path.name))
-    return [eid for eid, exercise in EXERCISES.items() if exercise.chapter in chapters]
+def chapters_of(notebook: dict, path: Path) -> set[int]:
+    """The chapters a notebook (nbformat's, or its JSON) belongs to: those of its ``check("2.1", ...)``
+    calls, and the number its file name starts with (``02_...``), so that deleting a check cell does not
+    take an exercise off the score table."""
+    chapters = {int(found.split(".")[0]) for cell in notebook.get("cells", []) if cell.get("cell_type") == "code"
+                for found in _CHECK_CALL.findall("".join(cell.get("source", "")))}
+    return chapters | ({chapter_number(path.name)} if chapter_number(path.name) is not None else set())
 
 
-def printed_verdicts(notebook: nbformat.NotebookNode) -> dict[str, str]:
+def exercises_for(notebook: dict, path: Path) -> list[str]:
+    """The exercises to grade: every exercise of each chapter the notebook belongs to (:func:`chapters_of`)."""
+    chapters = chapters_of(notebook, path)
+    return [eid for eid, exercise in exercises.EXERCISES.items() if exercise.chapter in chapters]
+
+
+def printed_verdicts(notebook) -> dict[str, str]:
     """The last verdict line the executed notebook printed for each exercise."""
     printed = {}
     for cell in notebook.cells:
@@ -116,7 +135,7 @@ def printed_verdicts(notebook: nbformat.NotebookNode) -> dict[str, str]:
 
 def score(exercise_id: str, status: str, line: str, checks_passed: int = 0) -> ExerciseScore:
     """The score of one exercise: a point if ``status`` is passed."""
-    exercise = EXERCISES[exercise_id]
+    exercise = exercises.EXERCISES[exercise_id]
     return ExerciseScore(exercise_id, exercise.title, status, int(status == PASSED), checks_passed,
                          len(exercise.checks), line)
 
@@ -144,7 +163,7 @@ def verdict(exercise_id: str, result: tuple, run: NotebookRun, definers: dict[in
     :func:`mha_course.grading.answer_process.answer_records`) and what the notebook's run did.
 
     ``definers`` maps each code cell's index to the names its replayed statements define."""
-    exercise = EXERCISES[exercise_id]
+    exercise = exercises.EXERCISES[exercise_id]
     name = exercise.answer_name
     kind = result[0]
     if kind == TIMED_OUT:
@@ -221,8 +240,3 @@ def format_report(reports: list[NotebookReport]) -> str:
     maximum = sum(r.max_score for r in reports)
     blocks.append(f"Total: {total}/{maximum} exercises passed in {len(reports)} notebook(s)")
     return "\n\n".join(blocks)
-
-
-__all__ = ["ExerciseScore", "NotebookReport", "exercises_for", "printed_verdicts", "score", "withhold", "not_checked",
-           "verdict", "compare_printed", "notebook_table", "format_report", "listed", "TIMED_OUT", "NOT_RUN",
-           "NOT_SCORED", "NOT_CHECKED"]
