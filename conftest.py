@@ -1,5 +1,9 @@
 """pytest's set-up for the whole repository (the tests' own fixtures are in tests/conftest.py).
 
+The tests come in tiers, by marker (pyproject.toml): ``kernel`` (they start Jupyter kernels: grading, and
+the chapters under nbval, whose cells are marked here) and ``browser`` (they drive chromium over the built
+book) are left out of ``make check`` and run by ``make test``, which starts them first: they take longest.
+
 pytest imports every module of the package to run its docstring examples. The benchmark's memory
 probe, ``mha_course/bench/memory.py``, imports the POSIX-only ``resource`` module and is imported by
 nothing on a platform without it (Windows): it is not collected there either.
@@ -20,6 +24,17 @@ collect_ignore = ["mha_course/bench/memory.py"] if cpu_memory_unsupported_reason
 
 #: What the chapters' kernels get, when the environment does not set it.
 CHAPTER_CPU_CAPABILITY = "default"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Mark the chapters' cells (nbval) ``kernel``, before ``-m`` selects; then put the tests marked
+    ``kernel`` or ``browser`` first, in their files' order (pytest-xdist hands out files in this order
+    when told ``--no-loadscope-reorder``)."""
+    for item in items:
+        if type(item).__name__ == "IPyNbCell":
+            item.add_marker(pytest.mark.kernel)
+    items.sort(key=lambda item: not (item.get_closest_marker("kernel") or item.get_closest_marker("browser")))
 
 
 @pytest.hookimpl(hookwrapper=True)
