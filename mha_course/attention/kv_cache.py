@@ -43,7 +43,6 @@ class KVCache:
         states: tensors of a fixed size, by name (a recurrent layer's state), empty for attention.
         keys: ``tensors["keys"]``, ``(batch, num_kv_groups, num_cached, head_dim)``, or ``None``
             while empty; ``values`` the same for values.
-        nbytes: the bytes of every tensor the cache holds.
 
     Example:
         >>> from mha_course import GroupedQueryAttention
@@ -83,7 +82,7 @@ class KVCache:
 
     @property
     def nbytes(self) -> int:
-        """The bytes of the tensors the cache holds: what it costs in memory, measured, not counted.
+        """The bytes of the tensors the cache holds, which is what it costs in memory, measured, not counted.
 
         Example:
             >>> cache = KVCache()
