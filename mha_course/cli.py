@@ -12,7 +12,7 @@ runs, so building the parser imports neither the exercises' checks nor nbformat 
 * ``specialise`` - :mod:`mha_course.experiments.specialisation`, the experiment of chapter 5;
 * ``student``, ``grade``, ``progress`` and ``lab`` - the student edition, the grader (with a class's
   gradebook), the learner's progress view, and JupyterLab opened on the student edition;
-* ``autograder`` - :mod:`mha_course.grading.gradescope`, the zip of a Gradescope autograder.
+* ``autograder`` - :mod:`mha_course.grading.gradebook`, the zip of a Gradescope autograder.
 """
 
 from __future__ import annotations
@@ -214,9 +214,9 @@ def _grade(args: argparse.Namespace) -> int:
 
 
 def _autograder(args: argparse.Namespace) -> int:
-    from .grading import gradescope
+    from .grading import gradebook
 
-    return gradescope.main(args)
+    return gradebook.autograder(args)
 
 
 def _progress(args: argparse.Namespace) -> int:

@@ -40,9 +40,9 @@ from mha_course.exercises.definitions import defined_names, definitions
 from mha_course.grading.grader import grade, grade_notebook
 from mha_course.grading.grading_setup import GradingUnavailableError
 from mha_course.grading.answer_process import from_message, to_message
-from mha_course.grading.package_files import PackageSnapshot
+from mha_course.grading.sandbox import PackageSnapshot
 from mha_course.grading.sandbox import BUBBLEWRAP
-from mha_course.grading.report import NotebookReport, exercises_for, format_report, score
+from mha_course.grading.report import NotebookReport, chapters_of, format_report, score
 
 #: The tests that start kernels (the grade command's runs): make test runs them, make check does not.
 KERNEL = pytest.mark.kernel
@@ -558,13 +558,13 @@ def test_the_package_snapshot_writes_a_compiled_copy_finds_edits_in_it_and_write
     assert not (package / "__pycache__").exists()
 
 
-def test_exercises_are_found_by_check_calls_and_chapter_file_names(tmp_path):
+def test_chapters_are_found_by_check_calls_and_chapter_file_names(tmp_path):
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('check( "2.3", f)')])
-    assert exercises_for(notebook, tmp_path / "mine.ipynb") == ["2.1", "2.2", "2.3"]
-    empty = nbformat.v4.new_notebook()
-    assert exercises_for(empty, tmp_path / "03_batched.ipynb") == ["3.1", "3.2", "3.3", "3.4", "3.5"]
-    assert exercises_for(empty, tmp_path / "05_why_several_heads.ipynb") == ["5.1"]
-    assert exercises_for(empty, tmp_path / "notes.ipynb") == []
+    assert chapters_of(notebook, tmp_path / "mine.ipynb") == {2}
+    assert chapters_of(notebook, tmp_path / "03_batched.ipynb") == {2, 3}
+    raw = {"cells": [{"cell_type": "code", "source": ["x = 1\n", 'check("5.1", f)']}]}  # the JSON, as stored
+    assert chapters_of(raw, tmp_path / "notes.ipynb") == {5}
+    assert chapters_of(nbformat.v4.new_notebook(), tmp_path / "notes.ipynb") == set()
 
 
 @POSIX_GRADING

@@ -40,16 +40,5 @@ change this grade; grade in a container", each report records ``sandbox: none``,
 its own (``sandbox: container``). The package and environment are trusted as they are when grading
 starts.
 
-How grading works, with a figure of its processes, is in CONTRIBUTING.md ("How grading works").
-
-The modules
------------
-
-``grader`` (``grade``: each notebook's grading, and their overlap), ``sandbox`` (bubblewrap's command),
-``notebook_run`` (one notebook's cells in a kernel, with time limits), ``answer_process`` (the fresh
-process that finds the answers, both sides), ``package_files`` (the package's copy every process
-imports), ``report`` (seeds, verdicts, the score table), ``gradebook`` (the ``grade`` command: a class's
-folder in; the table, a CSV gradebook and the exit status out), ``gradescope`` (``results.json`` and the
-autograder zip), ``progress`` (the learner's view), ``grading_setup`` (time limits and the platform
-check, imported by the command line's parser). Importing this package imports none of them.
+CONTRIBUTING.md ("How grading works") draws the processes and says which module does what.
 """

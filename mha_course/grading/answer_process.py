@@ -1,17 +1,14 @@
 """The answer process, both sides: the fresh process that replays a notebook's definitions and probes its
-answers (:func:`main`, :func:`run`), and the grader's side that starts it and reads it (:func:`answer_records`).
+answers (:func:`main`, :func:`run`), and the grader's side (:class:`AnswerProcess`, :func:`answer_records`).
 
-:class:`AnswerProcess` starts ``python -I -S -B`` in a sandbox of its own with a folder of its own and one
-end of a socket pair (``pass_fds``). It imports torch and the checks from the grading's copy of the
-package while the notebook's kernel runs, says ``("ready",)`` and waits: the notebook's code reaches it
-only with the work, sent once the kernel's sandbox has ended. It replays the definitions of the cells
-that ran (:mod:`mha_course.exercises.definitions`), probes each answer as ``check`` does on the seeds
-the grader chose, and sends each record as plain data; an answer whose code changed the exercise table
-is ``tampered``. Frames are a 4-byte length then ``marshal`` data, never a pickle; the grader's reads
-keep a deadline even mid-frame. Work: ``{"cells": [(number, code)], "answers": [(id, name)], "seeds":
-{id: seed}}``; replies: ``("ready",)``, ``("replayed", errors)``, then per answer ``("start", id)`` and
-``("record", id, data)`` or ``("tampered", id, names)``. A stuck, gone or untrusted process costs one
-answer: the rest go to a new one. What the notebook does here changes this notebook's records only.
+It starts (``python -I -S -B``) in a sandbox and folder of its own with one end of a socket pair, imports
+torch and the checks while the notebook's kernel runs, says ``("ready",)`` and waits: the notebook's code
+reaches it only with the work, once the kernel's sandbox has ended. It replays the definitions of the cells
+that ran (:mod:`mha_course.exercises.definitions`), probes each answer as ``check`` does on the grader's
+seeds, and sends each record as plain data (``tampered`` if its code changed the exercise table). Frames
+are a 4-byte length and ``marshal`` data, never a pickle; the grader's reads keep a deadline mid-frame. A
+stuck, gone or untrusted process costs one answer: the rest go to a new one. The notebook's code here can
+change this notebook's records only.
 """
 
 from __future__ import annotations
@@ -45,7 +42,6 @@ BOOT = ("import sys; sys.path.insert(0, sys.argv[2]); sys.path.extend(sys.argv[3
         "from mha_course.grading.answer_process import main; main()")
 _HEADER = struct.Struct("!i")
 _PLAIN = (type(None), bool, int, float, complex, str, bytes)
-_FIELDS = ("id", "answer_name", "probe", "checks", "mistakes", "shortcuts")
 
 
 def send(connection: socket.socket, message) -> None:
@@ -68,8 +64,7 @@ def _exactly(connection: socket.socket, size: int, deadline: float | None) -> by
 
 
 def receive(connection: socket.socket, deadline: float | None = None):
-    """The next frame's data; ``"timeout"`` when ``deadline`` (``time.monotonic``) passes first, even in
-    the middle of a frame; ``None`` at the end, or for a frame that is not ``marshal`` data."""
+    """The next frame's data; ``"timeout"`` past ``deadline``, even mid-frame; ``None`` at the end or for junk."""
     try:
         return marshal.loads(_exactly(connection, _HEADER.unpack(_exactly(connection, 4, deadline))[0], deadline))
     except TimeoutError:
@@ -103,14 +98,13 @@ def from_message(data):
     return data
 
 
-def _table() -> dict[str, object]:
-    return {f"EXERCISES[{eid}].{field}": getattr(e, field) for eid, e in exercises.EXERCISES.items()
-            for field in _FIELDS}
-
-
 def run(work: dict, connection: socket.socket) -> None:
     """Replay ``work["cells"]``, probe ``work["answers"]`` on ``work["seeds"]``, send the frames."""
-    before, namespace, errors = _table(), {"__name__": "__main__", "__builtins__": builtins}, []
+    def table() -> dict:  # what each exercise holds: its probe, checks, catalogue and shortcuts
+        return {f"EXERCISES[{eid}].{field}": getattr(e, field) for eid, e in exercises.EXERCISES.items()
+                for field in ("id", "answer_name", "probe", "checks", "mistakes", "shortcuts")}
+
+    before, namespace, errors = table(), {"__name__": "__main__", "__builtins__": builtins}, []
     used = used_globals([code for _, code in work["cells"]], {name for _, name in work["answers"]})
     for number, code in work["cells"]:
         for statement in definitions(code, used):
@@ -121,11 +115,11 @@ def run(work: dict, connection: socket.socket) -> None:
     send(connection, ("replayed", errors))
     for exercise_id, answer_name in work["answers"]:
         send(connection, ("start", exercise_id))
-        changed = [name for name, value in before.items() if _table().get(name) is not value]
+        changed = [name for name, value in before.items() if table().get(name) is not value]
         if not changed:
             record = (probe(exercises.EXERCISES[exercise_id], namespace[answer_name], seed=work["seeds"][exercise_id])
                       if answer_name in namespace else {STATUS_KEY: MISSING})
-            changed = [name for name, value in before.items() if _table().get(name) is not value]
+            changed = [name for name, value in before.items() if table().get(name) is not value]
         send(connection, ("tampered", exercise_id, changed[:5]) if changed else
              ("record", exercise_id, to_message(record)))
 
@@ -142,8 +136,7 @@ def main() -> None:
 
 
 class AnswerProcess:
-    """``python -I -S -B -c code SOCKET *arguments`` (by default :data:`BOOT`, whose arguments are the
-    package's copy and the other folders of its path) in ``box``, its folder, inside ``sandbox``."""
+    """``python -I -S -B -c code SOCKET *arguments`` (:data:`BOOT`'s: its path) in ``box``, inside ``sandbox``."""
 
     def __init__(self, sandbox: Sandbox, box: Path, arguments: list[str], code: str = BOOT,
                  env: dict[str, str] | None = None):
@@ -153,9 +146,8 @@ class AnswerProcess:
         env = env or {**ONE_THREAD, **os.environ, "TMPDIR": str(box), "HOME": str(box)}
         try:
             self.popen = subprocess.Popen(
-                # Below the kernels in priority: it is needed only once the notebook's kernel has ended.
-                sandbox.wrap(box, ["nice", "-n", "10", sys.executable, "-I", "-S", "-B", "-c", code, str(theirs.fileno()),
-                                   *arguments]),
+                sandbox.wrap(box, ["nice", "-n", "10",  # below the kernels: it works once the kernel has ended
+                                   sys.executable, "-I", "-S", "-B", "-c", code, str(theirs.fileno()), *arguments]),
                 cwd=box, pass_fds=(theirs.fileno(),), start_new_session=True, env=env,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.stderr)
         except BaseException:
@@ -203,10 +195,9 @@ def _replayed(process: AnswerProcess, work: dict, start_timeout: float):
 
 def answer_records(start: Callable[[], AnswerProcess], cells: list[tuple[int, str]], answers: list[tuple[str, str]],
                    check_timeout: float, start_timeout: float, seeds: dict[str, int]) -> dict[str, tuple]:
-    """One result per exercise of ``answers`` (``(id, answer name)``) from processes given by ``start()``,
-    replaying ``cells`` (``(number, source)``, those that ran): ``(RECORD, data)``, ``(TAMPERED, names)``,
-    ``(TIMED_OUT,)`` or ``(TIMED_OUT, why)``, or ``(ERROR, why)``. A process gets ``start_timeout``
-    seconds (the notebook's ``--timeout``) to import everything and replay the definitions."""
+    """One result per exercise of ``answers`` (``(id, answer name)``), from processes ``start()`` gives,
+    replaying ``cells`` (``(number, source)``): ``(RECORD, data)``, ``(TAMPERED, names)``, ``(TIMED_OUT[,
+    why])`` or ``(ERROR, why)``. A process gets ``start_timeout`` s to import and replay everything."""
     results: dict[str, tuple] = {}
     remaining = list(answers)
     while remaining:
@@ -220,7 +211,7 @@ def answer_records(start: Callable[[], AnswerProcess], cells: list[tuple[int, st
                                       for eid, _ in remaining}}
             if not (isinstance(frame, tuple) and frame[0] == "replayed"):
                 why = process.why_it_ended()
-                return {**results, **{eid: (ERROR, f"the answers could not be replayed ({why})") for eid, _ in remaining}}
+                return {**results, **{e: (ERROR, f"the answers could not be replayed ({why})") for e, _ in remaining}}
             while remaining:
                 exercise_id, answer_name = remaining.pop(0)
                 frame = process.next(time.monotonic() + start_timeout)

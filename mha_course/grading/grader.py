@@ -1,20 +1,13 @@
-"""The grader: execute completed notebooks and score their exercises (the processes and their order are
-drawn in CONTRIBUTING.md, "How grading works"; the threat model is :mod:`mha_course.grading`'s).
+"""The grader: execute completed notebooks and score their exercises (CONTRIBUTING.md, "How grading works",
+draws its processes; :mod:`mha_course.grading` states its threat model).
 
-A grading (:class:`GradingRun`) reads the package once, writes a compiled copy that every process it
-starts imports first, and chooses the sandbox. Each notebook (:class:`NotebookGrading`) then gets a
-folder of its own (a copy of the notebook and of its ``data/`` folder), a kernel in a sandbox whose
-only writable folder that is, and an answer process in a sandbox of its own, which imports torch and
-the checks while the kernel runs. The kernel runs the notebook (:mod:`~mha_course.grading.notebook_run`)
-and ends with its sandbox; the answer process then replays the definitions of the cells that ran and
-probes each answer (:mod:`~mha_course.grading.answer_process`); the grader judges the records against
-the package's reference and compares each verdict with the line the notebook printed
-(:mod:`~mha_course.grading.report`). Figures are built but not drawn (``MPLBACKEND=agg``), on one
-PyTorch thread unless the grader's environment says otherwise.
-
-Notebooks graded one after another overlap: once a notebook's kernel has started, the next one's kernel
-and answer process start too, and a notebook is judged while the next one runs. Each report's
-``seconds`` count from the notebook's turn to its verdict. ``--jobs N`` grades N notebooks at once.
+A grading (:class:`GradingRun`) writes the package's compiled copy and chooses the sandbox. Each notebook
+(:class:`NotebookGrading`) gets a folder of its own (a copy of the notebook and its ``data/``), a kernel in
+a sandbox whose only writable folder that is, and an answer process in a sandbox of its own. The kernel
+runs the notebook and ends with its sandbox; the answer process replays the definitions of the cells that
+ran and probes each answer; the grader judges the records and compares each verdict with the line the
+notebook printed. Notebooks graded one after another overlap: once a kernel has started, the next
+notebook's kernel and answer process start too, and a notebook is judged while the next one runs.
 """
 
 from __future__ import annotations
@@ -36,21 +29,19 @@ from tqdm import tqdm
 import mha_course
 from .. import exercises
 from ..exercises.definitions import defined_names, used_globals
-from ..exercises.framework import ERROR
+from ..exercises.framework import ERROR, run_seed
 from ..notebook_files import DATA_FOLDER, data_files
 from .answer_process import AnswerProcess, answer_records
 from .grading_setup import (CELL_TIMEOUT, CHECK_TIMEOUT, NOTEBOOK_TIMEOUT, ONE_THREAD, GradingUnavailableError,
-                            first_line, require_grading_platform)
+                            first_line, platform_problem)
 from .notebook_run import NotebookRun, python_source
-from .package_files import PackageSnapshot, site_folders
-from .report import (NotebookReport, chapters_of, compare_printed, exercise_seeds, grading_seed, listed, not_checked,
+from .report import (NOT_CHECKED, SEED_BOUND, NotebookReport, chapters_of, compare_printed, exercise_seeds, listed,
                      printed_verdicts, verdict, withhold)
-from .sandbox import NO_SANDBOX, NONE, Sandbox, choose_sandbox, python_folders
+from .sandbox import NO_SANDBOX, NONE, PackageSnapshot, Sandbox, choose_sandbox, python_folders, site_folders
 
 
 class GradingRun:
-    """One run of the grader: the package's copy (in a temporary folder, deleted on :meth:`close`), the
-    folders of ``PYTHONPATH`` its processes read after it (the installed package's left out), and the sandbox."""
+    """One run of the grader: the package's copy, the rest of ``PYTHONPATH``, the sandbox, a folder of its own."""
 
     def __init__(self, in_container: bool = False, sandbox: Sandbox | None = None):
         self.snapshot = PackageSnapshot()
@@ -63,18 +54,12 @@ class GradingRun:
         self.sandbox = sandbox or choose_sandbox([self.package, *self.path, *python_folders()], in_container)
         self.numbers = itertools.count(1)
 
-    def answer_process(self, box: Path) -> AnswerProcess:
-        return AnswerProcess(self.sandbox, box, [str(self.package), *map(str, [*self.path, *site_folders()])],
-                             env=figures(box))
-
     def close(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class NotebookGrading:
-    """One notebook being graded, into ``report``: :meth:`start` starts its kernel and first answer process
-    (ahead of its turn, if called then), :meth:`run_kernel` runs it, :meth:`judge` judges it and ends
-    everything it started."""
+    """One notebook being graded, into ``report``: :meth:`start` (maybe ahead), :meth:`run_kernel`, :meth:`judge`."""
 
     def __init__(self, grading: GradingRun, path: Path, report: NotebookReport, limits: tuple[float, float, float]):
         self.grading, self.path, self.report, self.first = grading, path, report, None
@@ -91,7 +76,9 @@ class NotebookGrading:
             shutil.copyfile(source, self.box / DATA_FOLDER / relative)
         self.run = NotebookRun(self.box / path.name, self.box, report.events,
                                lambda command: grading.sandbox.wrap(self.box, command), env)
-        self.processes = (grading.answer_process(self.answers / str(n)) for n in itertools.count(1))
+        found = [str(grading.package), *map(str, [*grading.path, *site_folders()])]  # where it imports from
+        self.processes = (AnswerProcess(grading.sandbox, box, found, env=figures(box))
+                          for box in map(lambda n: self.answers / str(n), itertools.count(1)))
 
     def start(self) -> None:
         """Start the kernel and the first answer process now (what does not start starts, or says why, later)."""
@@ -102,8 +89,7 @@ class NotebookGrading:
             pass
 
     def run_kernel(self, then=lambda: None) -> None:
-        """Run the notebook in its kernel (``then()`` once the kernel has started); its sandbox ends with it.
-        The first time, the checks load on a thread of their own while this one waits for the kernel."""
+        """Run the notebook in its kernel (``then()`` once it has started), the checks loading meanwhile."""
         try:
             self.run.read()
         except Exception:  # noqa: BLE001 - run() says why
@@ -112,8 +98,7 @@ class NotebookGrading:
         self.started = self.run.run(self.timeout, self.cell_timeout, then)
 
     def judge(self) -> float:
-        """Find the answers and judge them, into the report; end every process of this notebook and delete
-        its folders; return the time of the verdict."""
+        """Judge the answers, into the report; end this notebook's processes and folders; return the time."""
         try:
             self._judge()
         finally:
@@ -138,7 +123,7 @@ class NotebookGrading:
             report.events.append("no exercises found: the notebook calls no check(...) and its name does not "
                                  "start with a chapter number")
         if not self.started:
-            return not_checked(report, exercise_ids)
+            return withhold(report, exercise_ids, "the notebook's kernel did not start", NOT_CHECKED)
         if self._edited():
             return withhold(report, exercise_ids, f"the notebook changed the package's files ({listed(self.edited)})")
         if not exercise_ids:
@@ -161,8 +146,7 @@ class NotebookGrading:
         compare_printed(report, printed_verdicts(notebook))
 
     def _edited(self) -> list[str]:
-        """The files of the package's copy the notebook changed (only one run without a sandbox can), the
-        copy then written afresh for the notebooks after it."""
+        """The files of the package's copy the notebook changed (unsandboxed), the copy then written afresh."""
         self.edited = self.grading.snapshot.changed_in(self.grading.package)
         if self.edited:
             shutil.rmtree(self.grading.package / "mha_course", ignore_errors=True)
@@ -171,9 +155,8 @@ class NotebookGrading:
 
 
 def figures(box: Path) -> dict[str, str]:
-    """The environment of a process that works in ``box``: its home and temporary folder, one PyTorch
-    thread, and matplotlib's font list as the grader's user has it (found as matplotlib finds it: building
-    one takes a while). Figures are built but not drawn: drawing one takes longer."""
+    """The environment of a process working in ``box``: its home and temporary folder, one PyTorch thread,
+    matplotlib's font list as the grader's user has it (building one takes a while), figures not drawn."""
     fonts = Path(os.environ.get("MPLCONFIGDIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
                  / "matplotlib")
     (box / ".matplotlib").mkdir(parents=True)
@@ -183,11 +166,11 @@ def figures(box: Path) -> dict[str, str]:
             "MPLBACKEND": "agg"}
 
 
-def prepared(grading: GradingRun, path: Path, seed: int | None, limits) -> tuple[NotebookReport, NotebookGrading | None]:
-    """The report of the notebook at ``path`` and its grading, laid out (None, and why in the report, if it
-    cannot be read)."""
-    report = NotebookReport(str(path), seed=grading_seed(seed), package_version=mha_course.__version__,
-                            sandbox=grading.sandbox.kind)
+def prepared(grading: GradingRun, path: Path, seed: int | None,
+             limits) -> tuple[NotebookReport, NotebookGrading | None]:
+    """The report of the notebook at ``path`` and its grading, laid out (None, and why, if it cannot be read)."""
+    report = NotebookReport(str(path), seed=run_seed() if seed is None else seed % SEED_BOUND,
+                            package_version=mha_course.__version__, sandbox=grading.sandbox.kind)
     try:
         return report, NotebookGrading(grading, path, report, limits)
     except Exception as error:
@@ -198,15 +181,10 @@ def prepared(grading: GradingRun, path: Path, seed: int | None, limits) -> tuple
 def grade(paths: list[Path], timeout: float = NOTEBOOK_TIMEOUT, check_timeout: float = CHECK_TIMEOUT,
           progress: bool = True, cell_timeout: float = CELL_TIMEOUT, jobs: int = 1, seed: int | None = None,
           in_container: bool = False, require_sandbox: bool = False) -> list[NotebookReport]:
-    """Grade several notebooks (``jobs`` at a time), with a progress bar on stderr; each with ``seed`` if
-    given, else a fresh seed of its own. ``in_container``: the grading has a container of its own (one
-    submission) and starts no sandbox. Says once, on stderr, when it has no sandbox.
-
-    Raises:
-        GradingUnavailableError: on a platform that cannot grade, or with ``require_sandbox`` where no
-            sandbox starts.
-    """
-    require_grading_platform()
+    """Grade notebooks (``jobs`` at a time, ``seed`` or fresh seeds; ``in_container``: no sandbox needed), a
+    progress bar on stderr. GradingUnavailableError: no POSIX, or ``require_sandbox`` and no sandbox."""
+    if platform_problem():
+        raise GradingUnavailableError(platform_problem())
     grading, paths, limits = GradingRun(in_container), [Path(p) for p in paths], (timeout, cell_timeout, check_timeout)
     try:
         if grading.sandbox.kind == NONE and require_sandbox:
@@ -229,14 +207,12 @@ def grade(paths: list[Path], timeout: float = NOTEBOOK_TIMEOUT, check_timeout: f
 
 
 def grade_notebook(path: Path, **options) -> NotebookReport:
-    """Grade the notebook at ``path`` (``options`` as for :func:`grade`, without the progress bar). Never
-    raises for a broken or hostile notebook: what went wrong is in the report's ``events``."""
+    """Grade one notebook (``options`` as :func:`grade`'s); what went wrong is in its report's ``events``."""
     return grade([path], progress=False, **options)[0]
 
 
 def _one_after_another(grading: GradingRun, paths: list[Path], seed: int | None, limits):
-    """Grade the notebooks one at a time, yielding each report once judged: once a notebook's kernel has
-    started, the next one's kernel and answer process start too, and a notebook is judged while the next runs."""
+    """Grade the notebooks one at a time (overlapping as the module says), yielding each report once judged."""
     ahead: dict[int, tuple[NotebookReport, NotebookGrading | None]] = {}
 
     def start(index: int) -> None:

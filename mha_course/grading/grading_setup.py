@@ -1,14 +1,6 @@
-"""What grading needs before it starts: its time limits, their wording, and a platform that can run it.
-
-``grade`` and ``progress`` share the limits (their defaults and the check of the values given); this
-module imports nothing heavy, so the command line's parser reads the defaults without loading nbclient.
-The grader hands the answer process its socket with ``subprocess``'s ``pass_fds``, which POSIX systems
-offer and Windows does not: grading needs Linux or macOS, or WSL on Windows.
-
-Example:
-    >>> from types import SimpleNamespace
-    >>> limit_errors(SimpleNamespace(timeout=120.0, cell_timeout=0.0, check_timeout=30.0, jobs=1))
-    ['--cell-timeout must be a positive number of seconds, got 0']
+"""What grading needs before it starts: time limits, their wording, the command line's checks, a POSIX
+platform (the answer process gets its socket through ``pass_fds``). Imports nothing heavy: the command
+line's parser reads the defaults here.
 """
 
 from __future__ import annotations
@@ -38,8 +30,7 @@ def seconds(value: float) -> str:
 
 
 def raise_it(flag: str) -> str:
-    """How a report that something ran out of time names its limit: ``raise it with --cell-timeout
-    SECONDS`` ("timed out" says nothing about the answer: on a busy machine, grade with a higher limit)."""
+    """How a "timed out" (which says nothing about the answer) names its limit: ``raise it with ... SECONDS``."""
     return f"raise it with {flag} SECONDS"
 
 
@@ -80,8 +71,3 @@ def platform_problem() -> str | None:
 class GradingUnavailableError(RuntimeError):
     """Grading was asked for where it cannot run, or without the sandbox it was required to have."""
 
-
-def require_grading_platform() -> None:
-    """Raise :class:`GradingUnavailableError`, with the reason, where grading cannot run."""
-    if platform_problem():
-        raise GradingUnavailableError(platform_problem())

@@ -1,14 +1,10 @@
 """One notebook run in its Jupyter kernel (:class:`NotebookRun`): cells with deadlines, and what happened.
 
-Cells run one by one, as "Run all" would with errors allowed: a cell that raises, or runs past its time
-limit ("timed out", with the flag that raises it), is reported and the run goes on; a kernel that dies,
-or a cell that calls ``exit()``, ends the run and is blamed on that cell. The run notes which cells ran
-to their end and why the others did not, so that an answer can be called "not run", and where. Reports
-name a cell by its number, counting every cell, and its first line: ``cell 7 (`ratio = 1 / 0`)``.
-
-The kernel talks to the grader over IPC sockets in its folder (jupyter_client's ``ipc`` transport): it
-needs no network, so it can run in a sandbox whose only writable folder is that one. Interrupts travel
-as messages (``interrupt_mode: message``): a signal to the sandbox would not reach the kernel.
+Cells run as "Run all" would with errors allowed: a cell that raises or runs past its limit is reported
+and the run goes on; a kernel that dies, or ``exit()``, ends it, blamed on that cell. The run notes which
+cells ran to their end and why the others did not, so that an answer can be called "not run", and where.
+The kernel talks over IPC sockets in its folder (no network needed: it can run in a sandbox whose only
+writable folder that is); interrupts travel as messages, since a signal would stop at the sandbox.
 """
 
 from __future__ import annotations
@@ -33,25 +29,14 @@ _QUIET_LOG.addHandler(logging.NullHandler())
 _QUIET_LOG.propagate = False
 
 
-def _not_an_interrupted_cell(record: logging.LogRecord) -> bool:
-    """Drop asyncio's note about nbclient's output reader of a cell the grader interrupted."""
-    return not (record.getMessage().startswith("Task exception was never retrieved") and record.exc_info
-                and isinstance(record.exc_info[1], queue.Empty))
-
-
-logging.getLogger("asyncio").addFilter(_not_an_interrupted_cell)
+# asyncio's note about nbclient's output reader of a cell the grader interrupted says nothing to the reader.
+logging.getLogger("asyncio").addFilter(lambda record: not (
+    record.getMessage().startswith("Task exception was never retrieved") and record.exc_info
+    and isinstance(record.exc_info[1], queue.Empty)))
 
 
 def cell_name(notebook, index: int) -> str:
-    """How reports name a cell: its number counting every cell from 1, and its first line.
-
-    Example:
-        >>> import nbformat
-        >>> notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Title"),
-        ...                                           nbformat.v4.new_code_cell("\\n\\nratio = 1 / 0")])
-        >>> cell_name(notebook, 1)
-        'cell 2 (`ratio = 1 / 0`)'
-    """
+    """How reports name a cell: its number counting every cell, and its first line: ``cell 7 (`x = 1`)``."""
     first = first_line(notebook.cells[index].source, limit=60)
     return f"cell {index + 1} (`{first}`)" if first else f"cell {index + 1} (empty)"
 
@@ -59,17 +44,14 @@ def cell_name(notebook, index: int) -> str:
 def python_source(source: str) -> str:
     """A cell's source as plain Python: IPython's magics and shell escapes become calls.
 
-    Example:
-        >>> python_source("%time x = 1").strip()
-        "get_ipython().run_line_magic('time', 'x = 1')"
+    >>> python_source("%time x = 1").strip()
+    "get_ipython().run_line_magic('time', 'x = 1')"
     """
     try:
         from IPython.core.inputtransformer2 import TransformerManager
-    except ImportError:  # without IPython a cell with magics simply does not parse
-        return source
-    try:
+
         return TransformerManager().transform_cell(source)
-    except Exception:  # a cell IPython cannot read: leave it as it is (it will not parse either)
+    except Exception:  # no IPython, or a cell it cannot read: as it is (it will not parse either)
         return source
 
 
@@ -77,46 +59,38 @@ def _after(later: list[int]) -> str:
     return f"; the {len(later)} code cell(s) after it did not run" if later else ""
 
 
-#: The kernel a notebook runs on when the one its metadata names is not installed.
-FALLBACK_KERNEL = "python3"
+FALLBACK_KERNEL = "python3"  # the kernel a notebook runs on when the one it names is not installed
 
 
 def kernel_for(notebook: dict, events: list[str]) -> str:
     """The kernel the notebook (its JSON) names, or :data:`FALLBACK_KERNEL` (noted in ``events``) where none
     of that name is installed: the chapters run on any Python kernel with the package."""
     wanted = ((notebook.get("metadata") or {}).get("kernelspec") or {}).get("name") or FALLBACK_KERNEL
-    if wanted == FALLBACK_KERNEL:
-        return wanted
     try:
-        installed = KernelSpecManager().find_kernel_specs()
+        if wanted == FALLBACK_KERNEL or wanted in KernelSpecManager().find_kernel_specs():
+            return wanted
     except Exception:  # noqa: BLE001 - no readable kernel specs at all: the fallback still runs
-        installed = {}
-    if wanted in installed:
-        return wanted
+        pass
     events.append(f"the notebook names the kernel {wanted!r}, which is not installed here: it ran on "
                   f"{FALLBACK_KERNEL}")
     return FALLBACK_KERNEL
 
 
 class _WrappedKernelManager(AsyncKernelManager):
-    """A kernel manager that starts the kernel's command through ``wrap`` (say, into a sandbox)."""
-
-    wrap: Callable[[list[str]], list[str]] = staticmethod(lambda command: command)
+    """A kernel manager that starts the kernel's command through ``wrap`` (into a sandbox)."""
 
     def format_kernel_cmd(self, extra_arguments=None):
         return self.wrap(super().format_kernel_cmd(extra_arguments))
 
 
 class NotebookRun:
-    """The kernel of the notebook at ``path`` (read when it runs: :attr:`notebook` then holds its cells and
-    their outputs), working in ``folder``, with ``env``, started through ``wrap`` (into a sandbox); what
-    happens goes to ``events``, in order. Its kernel can start before nbformat and nbclient are imported."""
+    """The kernel of the notebook at ``path`` (then in :attr:`notebook`, with its outputs), working in ``folder``,
+    started through ``wrap`` (into a sandbox) before nbclient is imported; what happens goes to ``events``."""
 
-    #: What a kernel imports before the notebook runs, binding no name the notebook could read:
-    #: started ahead of its turn, it does so while the notebook before it runs.
+    #: What a kernel imports before the notebook runs (while the notebook before it runs, if started ahead),
+    #: binding no name the notebook could read; and the seconds it is given for that.
     WARM_UP = ("import torch as _warm, matplotlib.pyplot as _warm, mha_course.plots as _warm, "
                "mha_course.exercises as _warm; _warm = _warm.EXERCISES; del _warm")
-    #: Seconds a kernel is given to import all that and answer.
     WARM_UP_TIMEOUT = 120
 
     def __init__(self, path: Path, folder: Path, events: list[str],
@@ -125,7 +99,7 @@ class NotebookRun:
         kernel = kernel_for(json.loads(path.read_text(encoding="utf-8")), events)
         self.km = _WrappedKernelManager(kernel_name=kernel, transport="ipc",
                                         ip=str(folder / "k"), connection_file=str(folder / "kernel.json"))
-        self.km.wrap = wrap or (lambda command: command)
+        self.km.wrap = wrap or list
         try:
             self.km.kernel_spec.interrupt_mode = "message"
         except Exception:  # noqa: BLE001 - no such kernel: starting it says so
@@ -155,8 +129,7 @@ class NotebookRun:
                 on_cell_executed=self._executed)
 
     def run(self, timeout: float, cell_timeout: float, then: Callable[[], None] = lambda: None) -> bool:
-        """Run every code cell (:meth:`run_notebook`), ``then()`` once the kernel has started; then shut
-        the kernel down. True if it started."""
+        """Run every code cell, ``then()`` once the kernel has started; shut it down; True if it started."""
         started = False
         try:
             self.read()
@@ -195,19 +168,18 @@ class NotebookRun:
         self.client.timeout = max(1, int(math.ceil(timeout)))
         try:
             self.client.execute_cell(cell, index)
+            return "ok"
         except CellTimeoutError:
             try:
                 run_sync(self.km.interrupt_kernel)()  # the manager is asynchronous
-            except Exception:  # the kernel may be gone already
+            except Exception:  # noqa: BLE001 - the kernel may be gone already
                 pass
             return "timeout"
         except DeadKernelError:
             return "dead"
-        return "ok"
 
     def _stop(self, rest: list[int], why: str) -> None:
-        for index in rest:
-            self.not_run.setdefault(index, why)
+        self.not_run.update({index: self.not_run.get(index, why) for index in rest})
 
     def _exited(self, code: list[int]) -> None:
         """The kernel stopped after the cell that called ``exit()``: the cells after it did not run."""

@@ -1,10 +1,8 @@
 """``python -m mha_course progress [FOLDER]``: where a learner stands, chapter by chapter.
 
-Each chapter's notebook in the folder (``student/`` by default; the one whose name starts with the
-chapter's number) is graded as ``grade`` does, and each exercise shown as passed, failed or not started.
-The last grading of each notebook is kept in ``FOLDER/.mha_course_progress.json``, keyed by its SHA-256,
-the package (version and hash) and the time limits, and reused while they are the same; a grading the
-machine cut short (:data:`UNSETTLED`) is not kept.
+Each chapter's notebook in the folder (``student/`` by default) is graded as ``grade`` does; its last
+grading is kept in ``FOLDER/.mha_course_progress.json`` and reused while the notebook (SHA-256), package
+and time limits are the same, unless the machine cut it short (:data:`UNSETTLED`).
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ from ..notebook_files import chapter_notebooks
 from ..tables import Table
 from .grader import grade
 from .grading_setup import CELL_TIMEOUT, CHECK_TIMEOUT, NOTEBOOK_TIMEOUT, limit_errors, platform_problem
-from .package_files import PackageSnapshot
+from .sandbox import PackageSnapshot
 from .report import NOT_CHECKED, TIMED_OUT, NotebookReport
 
 CACHE_NAME = ".mha_course_progress.json"
@@ -64,9 +62,9 @@ def _cached(cache_path: Path, package: str) -> dict:
 
 def progress(folder: Path, timeout: float = NOTEBOOK_TIMEOUT, cell_timeout: float = CELL_TIMEOUT,
              check_timeout: float = CHECK_TIMEOUT, jobs: int = 2, show_bar: bool = True) -> list[ChapterProgress]:
-    """Every chapter's exercises and how far the notebooks in ``folder`` are with them (graded again only
-    where the cache holds no settled grading of the same notebook, package and limits)."""
-    package, limits = f"{mha_course.__version__}+{PackageSnapshot().digest[:16]}", [timeout, cell_timeout, check_timeout]
+    """Every chapter's exercises and how far the notebooks in ``folder`` are with them."""
+    package = f"{mha_course.__version__}+{PackageSnapshot().digest[:16]}"
+    limits = [timeout, cell_timeout, check_timeout]
     chapters = sorted({exercise.chapter for exercise in EXERCISES.values()})
     cached, found = _cached(folder / CACHE_NAME, package), chapter_notebooks(folder)
     notebooks = {chapter: found[chapter] for chapter in chapters if chapter in found}
@@ -97,7 +95,8 @@ def progress(folder: Path, timeout: float = NOTEBOOK_TIMEOUT, cell_timeout: floa
         rows = []
         for exercise in (e for e in EXERCISES.values() if e.chapter == chapter):
             s = scores.get(exercise.id)
-            state = NOT_STARTED if s is None or s.status == NOT_IMPLEMENTED else PASSED if s.status == PASSED else "failed"
+            state = (NOT_STARTED if s is None or s.status == NOT_IMPLEMENTED else PASSED if s.status == PASSED
+                     else "failed")
             rows.append(ExerciseProgress(exercise.id, exercise.title, state, s.checks_passed if s else 0,
                                          s.checks_total if s else len(exercise.checks),
                                          s.line if s and state == "failed" else ""))
@@ -108,13 +107,11 @@ def progress(folder: Path, timeout: float = NOTEBOOK_TIMEOUT, cell_timeout: floa
 def chapter_table(chapter: ChapterProgress, folder: Path) -> Table:
     """One chapter's standing: a row per exercise, then the line of each exercise that failed.
 
-    Example:
-        >>> chapter = ChapterProgress(1, None, [ExerciseProgress("1.1", "build the causal mask", NOT_STARTED, 0, 5)])
-        >>> print(chapter_table(chapter, Path("student")))
-        Chapter 1: 0 of 1 passed - no notebook for it in student/
-        exercise  state        checks  title
-        --------  -----------  ------  ---------------------
-        1.1       not started     0/5  build the causal mask
+    >>> print(chapter_table(ChapterProgress(1, None, [ExerciseProgress("1.1", "mask", NOT_STARTED, 0, 5)]), Path("s")))
+    Chapter 1: 0 of 1 passed - no notebook for it in s/
+    exercise  state        checks  title
+    --------  -----------  ------  -----
+    1.1       not started     0/5  mask
     """
     passed = sum(e.state == PASSED for e in chapter.exercises)
     where = (f"{chapter.notebook}" + (" (unchanged since it was last graded)" if chapter.reused else "")

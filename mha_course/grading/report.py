@@ -1,19 +1,9 @@
-"""The grader's verdicts and report: which exercises a notebook is graded on, their seeds, each one's
-score, and the table ``python -m mha_course grade`` prints.
+"""The grader's verdicts and report: the chapters a notebook is graded on, seeds, each score, the table.
 
-Each exercise is judged against the package's reference in the grader's own process, from what the
-answer process recorded; a verdict that disagrees with the line the notebook printed is noted. The
-statuses are the checks' (``passed``, ``failed``, ``not implemented``, ``missing``, ``error``) and the
-grader's own: :data:`TIMED_OUT`, :data:`NOT_RUN`, :data:`NOT_SCORED`, :data:`NOT_CHECKED`.
-
-Every check draws its inputs from a seed: the grader draws one per notebook (:func:`grading_seed`:
-fresh, or ``MHA_COURSE_CHECK_SEED``, or ``grade --seed SEED``) and derives one per exercise from it
-(:func:`exercise_seeds`), sent to the answer process before any of the notebook's code runs there. The
-report keeps both, so grading the notebook again with ``--seed`` replays the same inputs and verdicts.
-
-Example:
-    >>> exercise_seeds(1234, ["1.1", "1.2"]) == exercise_seeds(1234, ["1.1", "1.2"])
-    True
+Exercises are judged in the grader's process from the answer process's records; a verdict that disagrees
+with the line the notebook printed is noted. The grader adds :data:`TIMED_OUT`, :data:`NOT_RUN`,
+:data:`NOT_SCORED` and :data:`NOT_CHECKED` to the checks' statuses. Each exercise's seed derives from the
+notebook's (:func:`exercise_seeds`), so ``grade --seed`` replays its inputs and verdicts.
 """
 
 from __future__ import annotations
@@ -27,7 +17,7 @@ from ..tables import Table
 from .. import exercises
 from .answer_process import RECORD, TAMPERED, TIMED_OUT, from_message
 from .grading_setup import first_line, raise_it, seconds
-from ..exercises.framework import ERROR, FAIL_MARK, MISSING, PASS_MARK, PASSED, WAITING_MARK, judge, run_seed
+from ..exercises.framework import ERROR, FAIL_MARK, MISSING, PASS_MARK, PASSED, WAITING_MARK, judge
 from ..notebook_files import chapter_number
 from .notebook_run import NotebookRun
 
@@ -38,11 +28,6 @@ NOT_CHECKED = "not checked"  # the notebook's kernel could not be started
 
 #: Seeds are below this bound, as :func:`mha_course.exercises.framework.run_seed` draws them.
 SEED_BOUND = 1_000_000
-
-
-def grading_seed(seed: int | None = None) -> int:
-    """The seed of one notebook's grading: ``seed`` if given, else a fresh one (see ``run_seed``)."""
-    return run_seed() if seed is None else seed % SEED_BOUND
 
 
 def exercise_seeds(seed: int, exercise_ids: list[str]) -> dict[str, int]:
@@ -100,24 +85,16 @@ class NotebookReport:
 
     @classmethod
     def from_dict(cls, data: dict) -> "NotebookReport":
-        return cls(data["notebook"], [ExerciseScore(**e) for e in data["exercises"]], list(data["events"]),
-                   data.get("seconds", 0.0), data.get("seed"), data.get("package_version"), data.get("sha256"),
-                   data.get("sandbox"))
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**{**fields, "exercises": [ExerciseScore(**e) for e in data["exercises"]]})
 
 
 def chapters_of(notebook: dict, path: Path) -> set[int]:
-    """The chapters a notebook (nbformat's, or its JSON) belongs to: those of its ``check("2.1", ...)``
-    calls, and the number its file name starts with (``02_...``), so that deleting a check cell does not
-    take an exercise off the score table."""
+    """The chapters of a notebook (or its JSON): its ``check("2.1", ...)`` calls' and its file name's
+    (``02_...``), so that deleting a check cell takes no exercise off the score table."""
     chapters = {int(found.split(".")[0]) for cell in notebook.get("cells", []) if cell.get("cell_type") == "code"
                 for found in _CHECK_CALL.findall("".join(cell.get("source", "")))}
     return chapters | ({chapter_number(path.name)} if chapter_number(path.name) is not None else set())
-
-
-def exercises_for(notebook: dict, path: Path) -> list[str]:
-    """The exercises to grade: every exercise of each chapter the notebook belongs to (:func:`chapters_of`)."""
-    chapters = chapters_of(notebook, path)
-    return [eid for eid, exercise in exercises.EXERCISES.items() if exercise.chapter in chapters]
 
 
 def printed_verdicts(notebook) -> dict[str, str]:
@@ -145,24 +122,16 @@ def listed(names: list[str]) -> str:
     return ", ".join(names[:3]) + (" ..." if len(names) > 3 else "")
 
 
-def withhold(report: NotebookReport, exercise_ids: list[str], why: str) -> None:
-    """Score none of the notebook's exercises, and say why."""
-    report.events.append(f"not scored: {why}")
-    report.exercises = [score(eid, NOT_SCORED, f"{FAIL_MARK} {eid}: not scored: {why}") for eid in exercise_ids]
-
-
-def not_checked(report: NotebookReport, exercise_ids: list[str]) -> None:
-    """Score every exercise as not checked: the notebook's kernel did not start."""
-    report.exercises = [score(eid, NOT_CHECKED, f"{FAIL_MARK} {eid}: not checked: the notebook's kernel did not "
-                              "start") for eid in exercise_ids]
+def withhold(report: NotebookReport, exercise_ids: list[str], why: str, status: str = NOT_SCORED) -> None:
+    """Score none of the notebook's exercises (``status``), and say why."""
+    report.events += [f"not scored: {why}"] if status == NOT_SCORED else []
+    report.exercises = [score(eid, status, f"{FAIL_MARK} {eid}: {status}: {why}") for eid in exercise_ids]
 
 
 def verdict(exercise_id: str, result: tuple, run: NotebookRun, definers: dict[int, set[str]],
             check_timeout: float) -> ExerciseScore:
-    """The score of one exercise from what the answer process sent for it (see
-    :func:`mha_course.grading.answer_process.answer_records`) and what the notebook's run did.
-
-    ``definers`` maps each code cell's index to the names its replayed statements define."""
+    """The score of one exercise from the answer process's ``result`` and the notebook's ``run``
+    (``definers``: each code cell's index -> the names its replayed statements define)."""
     exercise = exercises.EXERCISES[exercise_id]
     name = exercise.answer_name
     kind = result[0]
@@ -210,18 +179,14 @@ def compare_printed(report: NotebookReport, printed: dict[str, str]) -> None:
 
 
 def notebook_table(report: NotebookReport) -> Table:
-    """One notebook's scores: a row per exercise, then the line of each exercise that did not pass
-    and what happened while the notebook ran (``!``).
+    """One notebook's scores: a row per exercise, then the line of each that did not pass and what happened.
 
-    Example:
-        >>> report = NotebookReport("01_mine.ipynb", [score("1.1", PASSED, "✓ 1.1 passed (6 checks)", 6)],
-        ...                         ["cell 3 (`x = 1 / 0`) raised ZeroDivisionError: division by zero"])
-        >>> print(notebook_table(report))
-        01_mine.ipynb: 1/1 exercises passed
-        exercise  result  checks  title
-        --------  ------  ------  ---------------------
-        1.1       passed     6/6  build the causal mask
-        ! cell 3 (`x = 1 / 0`) raised ZeroDivisionError: division by zero
+    >>> print(notebook_table(NotebookReport("01_mine.ipynb", [score("1.1", PASSED, "✓", 6)], ["cell 3 raised"])))
+    01_mine.ipynb: 1/1 exercises passed
+    exercise  result  checks  title
+    --------  ------  ------  ---------------------
+    1.1       passed     6/6  build the causal mask
+    ! cell 3 raised
     """
     rows = [[e.id, e.status, f"{e.checks_passed}/{e.checks_total}", e.title] for e in report.exercises]
     notes = [e.line for e in report.exercises if e.status != PASSED] + [f"! {event}" for event in report.events]
@@ -230,13 +195,8 @@ def notebook_table(report: NotebookReport) -> Table:
 
 
 def format_report(reports: list[NotebookReport]) -> str:
-    """The score table printed by ``python -m mha_course grade``: a :func:`notebook_table` per
-    notebook (the title and the notes alone for a notebook without exercises), then the total."""
-    blocks = []
-    for report in reports:
-        table = notebook_table(report)
-        blocks.append(str(table) if report.exercises else "\n".join([table.title, *table.notes]))
-    total = sum(r.score for r in reports)
-    maximum = sum(r.max_score for r in reports)
-    blocks.append(f"Total: {total}/{maximum} exercises passed in {len(reports)} notebook(s)")
-    return "\n\n".join(blocks)
+    """The score table ``grade`` prints: a :func:`notebook_table` per notebook, then the total."""
+    tables = [(report, notebook_table(report)) for report in reports]
+    blocks = [str(table) if report.exercises else "\n".join([table.title, *table.notes]) for report, table in tables]
+    total = f"{sum(r.score for r in reports)}/{sum(r.max_score for r in reports)}"
+    return "\n\n".join([*blocks, f"Total: {total} exercises passed in {len(reports)} notebook(s)"])
