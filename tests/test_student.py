@@ -366,6 +366,7 @@ def _free_port() -> int:
                     "is JupyterLab only where os.execv replaces the process (POSIX); on Windows the command runs "
                     "JupyterLab as a child process")
 @pytest.mark.skipif(not CHAPTERS, reason="no chapter notebook has exercises yet")
+@pytest.mark.kernel  # a JupyterLab server, as slow to start as kernels
 def test_lab_writes_what_is_missing_keeps_the_learners_work_and_serves_it(tmp_path):
     # What `make lab` runs, headless: the student edition is written where a notebook is missing,
     # a notebook already there is kept as it is, and JupyterLab lists the folder over its REST API.
