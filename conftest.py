@@ -3,6 +3,8 @@
 The tests come in tiers, by marker (pyproject.toml): ``kernel`` (they start Jupyter kernels: grading, and
 the chapters under nbval, whose cells are marked here) and ``browser`` (they drive chromium over the built
 book) are left out of ``make check`` and run by ``make test``, which starts them first: they take longest.
+Under ``make test`` (pytest-xdist's ``loadgroup``) a file's tests run in one worker, and so do all the
+browser tests, which open each page of the book once per worker.
 
 pytest imports every module of the package to run its docstring examples. The benchmark's memory
 probe, ``mha_course/bench/memory.py``, imports the POSIX-only ``resource`` module and is imported by
@@ -28,12 +30,14 @@ CHAPTER_CPU_CAPABILITY = "default"
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """Mark the chapters' cells (nbval) ``kernel``, before ``-m`` selects; then put the tests marked
-    ``kernel`` or ``browser`` first, in their files' order (pytest-xdist hands out files in this order
-    when told ``--no-loadscope-reorder``)."""
+    """Mark the chapters' cells (nbval) ``kernel``, before ``-m`` selects, and each test with its xdist
+    group (its file's, or ``browser``); then put the tests marked ``kernel`` or ``browser`` first, in their
+    files' order (pytest-xdist hands out the groups in this order when told ``--no-loadscope-reorder``)."""
     for item in items:
         if type(item).__name__ == "IPyNbCell":
             item.add_marker(pytest.mark.kernel)
+        browser = item.get_closest_marker("browser")
+        item.add_marker(pytest.mark.xdist_group("browser" if browser else item.nodeid.split("::")[0]))
     items.sort(key=lambda item: not (item.get_closest_marker("kernel") or item.get_closest_marker("browser")))
 
 
