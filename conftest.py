@@ -28,16 +28,19 @@ collect_ignore = ["mha_course/bench/memory.py"] if cpu_memory_unsupported_reason
 CHAPTER_CPU_CAPABILITY = "default"
 
 
-@pytest.hookimpl(tryfirst=True)
+def pytest_itemcollected(item):
+    """Mark the chapters' cells (nbval) ``kernel``, and each test with its pytest-xdist group: its file's, or
+    ``browser`` for all the browser tests."""
+    if type(item).__name__ == "IPyNbCell":
+        item.add_marker(pytest.mark.kernel)
+    group = "browser" if item.get_closest_marker("browser") else item.nodeid.split("::")[0]
+    item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items):
-    """Mark the chapters' cells (nbval) ``kernel``, before ``-m`` selects, and each test with its xdist
-    group (its file's, or ``browser``); then put the tests marked ``kernel`` or ``browser`` first, in their
-    files' order (pytest-xdist hands out the groups in this order when told ``--no-loadscope-reorder``)."""
-    for item in items:
-        if type(item).__name__ == "IPyNbCell":
-            item.add_marker(pytest.mark.kernel)
-        browser = item.get_closest_marker("browser")
-        item.add_marker(pytest.mark.xdist_group("browser" if browser else item.nodeid.split("::")[0]))
+    """The tests marked ``kernel`` or ``browser`` first, in their files' order: pytest-xdist hands out the
+    groups in this order when told ``--no-loadscope-reorder``."""
     items.sort(key=lambda item: not (item.get_closest_marker("kernel") or item.get_closest_marker("browser")))
 
 
