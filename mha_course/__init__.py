@@ -15,6 +15,12 @@ teaching order:
   transformers' GPT-2 and Llama attention layers, computing what those do (chapter 8).
 * :func:`tiled_attention` - attention one tile of scores at a time, with an online softmax, and
   :class:`TiledMultiHeadAttention` built on it (chapter 7).
+* :class:`MultiHeadLatentAttention` - keys and values expanded from one cached latent per token,
+  and :func:`from_deepseek_v3_attention`, which builds it from DeepSeek-V3's layer (chapter 10).
+* :func:`linear_attention_recurrent`, :func:`recurrent_gated_delta_rule`,
+  :func:`chunked_gated_delta_rule` and :class:`GatedDeltaNet` - a state that does not grow, from
+  causal linear attention to Qwen3-Next's layer, and :func:`from_qwen3_next_gated_deltanet`
+  (chapter 12).
 
 ``check("1.1", answer)`` grades a learner's answer to an exercise (see :mod:`mha_course.exercises`).
 
@@ -33,14 +39,24 @@ from typing import TYPE_CHECKING
 from .attention import (
     CausalAttention,
     FastMultiHeadAttention,
+    GatedDeltaNet,
     GroupedQueryAttention,
     KVCache,
     MultiHeadAttention,
     MultiHeadAttentionWrapper,
+    MultiHeadLatentAttention,
     RotaryEmbedding,
     TiledMultiHeadAttention,
     causal_mask,
+    chunked_gated_delta_rule,
+    delta_rule_step,
+    elu_feature_map,
+    gated_delta_step,
+    l2_normalise,
+    linear_attention_quadratic,
+    linear_attention_recurrent,
     merge_heads,
+    recurrent_gated_delta_rule,
     rotate_half,
     split_heads,
     stack_qkv,
@@ -49,11 +65,14 @@ from .attention import (
     unstack_qkv,
     visibility,
     with_padding,
+    yarn_softmax_scale,
 )
 from .convert import (
     UnsupportedConfigError,
+    from_deepseek_v3_attention,
     from_gpt2_attention,
     from_llama_attention,
+    from_qwen3_next_gated_deltanet,
     from_torch_multihead,
     sdpa_forward,
     to_torch_multihead,
@@ -101,6 +120,19 @@ __all__ = [
     "check",
     "tiled_attention",
     "TiledMultiHeadAttention",
+    "MultiHeadLatentAttention",
+    "yarn_softmax_scale",
+    "from_deepseek_v3_attention",
+    "elu_feature_map",
+    "linear_attention_quadratic",
+    "linear_attention_recurrent",
+    "l2_normalise",
+    "delta_rule_step",
+    "gated_delta_step",
+    "recurrent_gated_delta_rule",
+    "chunked_gated_delta_rule",
+    "GatedDeltaNet",
+    "from_qwen3_next_gated_deltanet",
 ]
 
 

@@ -8,7 +8,10 @@ runs, so building the parser imports neither the exercises' checks nor nbformat 
 * ``bench`` - :mod:`mha_course.bench`, the timings of chapter 4 (with ``--heads-map``, the map of
   batched against stacked heads of chapter 3; with ``--decode``, the time of generating one
   token with and without a key/value cache, chapter 6; with ``--tiled``, attention with and
-  without the score matrix, chapter 7);
+  without the score matrix, chapter 7; with ``--grouped``, grouped-query attention beside
+  transformers' Llama layer and the fast path, chapters 6 and 8; with ``--latent``, one decoded
+  token of latent attention against grouped-query attention, chapter 10; with ``--deltanet``, the
+  gated delta rule against softmax attention, chapter 12);
 * ``specialise`` - :mod:`mha_course.experiments.specialisation`, the experiment of chapter 5;
 * ``student``, ``grade``, ``progress`` and ``lab`` - the student edition, the grader (with a class's
   gradebook), the learner's progress view, and JupyterLab opened on the student edition;
@@ -52,16 +55,23 @@ def _bench(args: argparse.Namespace) -> int:
     except (ValueError, RuntimeError) as error:
         return _fail("bench", str(error))
     chosen = [option for option, on in (("--decode", args.decode), ("--heads-map", args.heads_map),
-                                        ("--tiled", args.tiled)) if on]
+                                        ("--tiled", args.tiled), ("--grouped", args.grouped),
+                                        ("--latent", args.latent), ("--deltanet", args.deltanet)) if on]
     if len(chosen) > 1:
-        count = "two" if len(chosen) == 2 else "three"
+        count = {2: "two", 3: "three"}.get(len(chosen), "four")
         return _fail("bench", f"{' and '.join(chosen)} are {count} different benchmarks: choose one.")
     if args.decode:
         return _bench_decode(args)
+    if args.grouped:
+        return _bench_grouped(args)
+    if args.latent:
+        return _bench_latent(args)
     if args.tiled:
         return _bench_tiled(args)
     if args.block_size is not None:
         return _fail("bench", "--block-size applies to --tiled only: add --tiled, or leave it out.")
+    if args.deltanet:
+        return _bench_deltanet(args)
     if args.heads_map:
         return _bench_heads_map(args)
     try:
@@ -98,6 +108,20 @@ def _bench_decode(args: argparse.Namespace) -> int:
                             DecodeSettings, run_decode_benchmark, decode_summary)
 
 
+def _bench_grouped(args: argparse.Namespace) -> int:
+    from .bench import GroupedSettings, grouped_summary, run_grouped_benchmark
+
+    return _fixed_benchmark(args, "--grouped", "times each layer beside its reference (course and transformers, "
+                            "grouped and fast)", GroupedSettings, run_grouped_benchmark, grouped_summary)
+
+
+def _bench_latent(args: argparse.Namespace) -> int:
+    from .bench import LatentSettings, latent_summary, run_latent_benchmark
+
+    return _fixed_benchmark(args, "--latent", "times one decoded token four ways (multi_head, grouped_query, latent, "
+                            "latent_absorbed)", LatentSettings, run_latent_benchmark, latent_summary)
+
+
 def _bench_heads_map(args: argparse.Namespace) -> int:
     from .bench import HeadsMapSettings, heads_map_summary, run_heads_map
 
@@ -114,9 +138,18 @@ def _bench_tiled(args: argparse.Namespace) -> int:
                             TiledSettings, run_tiled_benchmark, tiled_summary, memory=not args.no_memory, **options)
 
 
+def _bench_deltanet(args: argparse.Namespace) -> int:
+    from .bench import DeltaNetSettings, deltanet_summary, run_deltanet_benchmark
+
+    return _fixed_benchmark(args, "--deltanet", "runs a prompt three ways (chunked, recurrent, sdpa) and decodes a "
+                            "token two ways (kv_cache, state)", DeltaNetSettings, run_deltanet_benchmark,
+                            deltanet_summary, memory=not args.no_memory)
+
+
 def _fixed_benchmark(args: argparse.Namespace, flag: str, does: str, settings_class, run, summarise,
                      **options) -> int:
-    """A benchmark whose implementations and modes are fixed (``--decode``, ``--heads-map``, ``--tiled``):
+    """A benchmark whose implementations and modes are fixed (``--decode``, ``--heads-map``, ``--tiled``,
+    ``--grouped``):
     refuse ``--implementations``/``--modes``, build its settings from the command line, run, report."""
     for option, value in (("--implementations", args.implementations), ("--modes", args.modes)):
         if value:
@@ -149,6 +182,18 @@ def _add_bench(commands) -> None:
     bench.add_argument("--tiled", action="store_true",
                        help="attention with the explicit scores, the tiled loop and the fused kernel, against the "
                        "length, forward and forward with backward (chapter 7; writes bench-tiled-DEVICE.json, .csv, .png)")
+    bench.add_argument("--grouped", action="store_true",
+                       help="grouped-query attention on the fused kernel beside transformers' LlamaAttention (a "
+                       "1,024-token prompt, one token after 1,024 cached) and beside the fast path (chapters 6 "
+                       "and 8; writes bench-grouped-DEVICE.json, .csv)")
+    bench.add_argument("--latent", action="store_true",
+                       help="time one decoded token after up to 16k cached ones: latent attention expanded and absorbed "
+                       "against grouped-query attention with the same cache (chapter 10; writes bench-latent-DEVICE.json, "
+                       ".csv, .png)")
+    bench.add_argument("--deltanet", action="store_true",
+                       help="a prompt through the gated delta rule, chunked and recurrent, and softmax attention up to "
+                       "16k tokens, and one decoded token with a key/value cache against a fixed state (chapter 12; "
+                       "writes bench-deltanet-DEVICE.json, .csv, .png)")
     bench.add_argument("--block-size", type=int, default=None,
                        help="with --tiled: queries and keys per tile of the tiled loop (default: 64; quick: 8)")
     bench.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")

@@ -414,3 +414,43 @@ def grouped_query_multiply_adds(batch: int, num_new: int, d_in: int, d_out: int,
         weighted_sum=batch * num_heads * num_new * positions * head_dim,
         out_proj=tokens * d_out * d_out,
     )
+
+
+def latent_multiply_adds(batch: int, num_new: int, d_in: int, num_heads: int, kv_lora_rank: int,
+                         qk_nope_head_dim: int, qk_rope_head_dim: int, v_head_dim: int, *,
+                         q_lora_rank: int | None = None, num_cached: int = 0, absorb: bool = False) -> MultiplyAdds:
+    """Multiply-adds of one call of ``MultiHeadLatentAttention`` on ``num_new`` tokens after ``num_cached`` ones.
+
+    The new tokens get queries, a latent and a rotated key. Expanded (``absorb=False``), every
+    position's latent is multiplied up into every head's key and value (counted in
+    ``projections``: ``S * r * h * (d_nope + d_v)`` for ``S = num_cached + num_new``), and the
+    scores and weighted sum are multi-head attention's. Absorbed, the queries are carried into the
+    latent space (``h * d_nope * r`` each) and scored against the ``S`` latents of width ``r`` plus
+    the rotated key; the weighted latents are multiplied up once per query (``h * r * d_v``).
+
+    Example:
+        >>> sizes = dict(d_in=2048, num_heads=16, kv_lora_rank=512, qk_nope_head_dim=128,
+        ...              qk_rope_head_dim=64, v_head_dim=128, num_cached=4095)
+        >>> expanded = latent_multiply_adds(1, 1, **sizes)
+        >>> absorbed = latent_multiply_adds(1, 1, absorb=True, **sizes)
+        >>> round(expanded.total / absorbed.total, 1)  # one token after 4095: expanding every latent
+        101.4
+    """
+    sizes = {name: validate_positive_int(name, value) for name, value in (
+        ("batch", batch), ("num_new", num_new), ("d_in", d_in), ("num_heads", num_heads),
+        ("kv_lora_rank", kv_lora_rank), ("qk_nope_head_dim", qk_nope_head_dim),
+        ("qk_rope_head_dim", qk_rope_head_dim), ("v_head_dim", v_head_dim))}
+    b, t, h, r = sizes["batch"], sizes["num_new"], sizes["num_heads"], sizes["kv_lora_rank"]
+    nope, rope, v = qk_nope_head_dim, qk_rope_head_dim, v_head_dim
+    positions = validate_non_negative_int("num_cached", num_cached) + t
+    query = d_in * h * (nope + rope) if q_lora_rank is None else \
+        validate_positive_int("q_lora_rank", q_lora_rank) * (d_in + h * (nope + rope))
+    projections = b * t * (query + d_in * (r + rope))
+    if absorb:
+        projections += b * t * h * r * (nope + v)  # W_UK into each query, W_UV out of each context
+        scores, weighted = b * h * t * positions * (r + rope), b * h * t * positions * r
+    else:
+        projections += b * positions * r * h * (nope + v)  # every position's keys and values, expanded
+        scores, weighted = b * h * t * positions * (nope + rope), b * h * t * positions * v
+    return MultiplyAdds(projections=projections, scores=scores, weighted_sum=weighted,
+                        out_proj=b * t * h * v * d_in)

@@ -1,14 +1,19 @@
-"""Reading a library's own code on the page: an excerpt of a function's source, as installed.
+"""Reading a library's own code on the page: an excerpt of a function's source, and the operators a call runs.
 
 Chapter 8 reads transformers' attention layers beside the course's. Printing their source with
 :mod:`inspect` keeps the page true to the installed (pinned) version; :func:`source_excerpt` cuts
-the part a chapter reads and fits it to the book's code column.
+the part a chapter reads and fits it to the book's code column. Which of PyTorch's kernels a call
+ends up in is not in any source a page can print: :func:`operators_run` asks PyTorch's profiler.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import os
+import sys
 import textwrap
+from collections.abc import Callable, Iterator
 
 
 def source_excerpt(obj, start_at: str | None = None, end_at: str | None = None, width: int = 80) -> str:
@@ -48,3 +53,41 @@ def source_excerpt(obj, start_at: str | None = None, end_at: str | None = None, 
                                drop_whitespace=True) if len(line) > width else [line]
         shown += [piece + " \\" for piece in pieces[:-1]] + pieces[-1:]
     return "\n".join(shown)
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Send what C code writes to file descriptor 2 to the null device, and restore it after."""
+    sys.stderr.flush()
+    saved, quiet = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(quiet)
+
+
+def operators_run(call: Callable, backward: bool = False) -> set[str]:
+    """The names of the ATen operators that ``call()`` runs, read by ``torch.profiler``.
+
+    With ``backward=True`` the call runs with gradients on and ``call().sum().backward()`` follows,
+    so the operators of the backward pass are in the set too; otherwise it runs under
+    ``torch.no_grad()``, as in inference. The profiler's own start and stop lines, which PyTorch
+    writes to the process's standard error from C++, are dropped.
+
+    Example:
+        >>> import torch
+        >>> x = torch.ones(2, 2)
+        >>> "aten::mm" in operators_run(lambda: x @ x)
+        True
+    """
+    import torch
+    from torch.profiler import profile
+
+    with _quiet_stderr(), torch.set_grad_enabled(backward), profile() as profiler:
+        out = call()
+        if backward:
+            out.sum().backward()
+    return {event.name for event in profiler.events()}

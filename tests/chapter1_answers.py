@@ -99,6 +99,13 @@ CORRECT = {"1.1": build_causal_mask, "1.2": causal_attention_forward, "1.3": hea
 #: More correct answers, written differently.
 ALSO_CORRECT = {"1.1": [build_causal_mask_by_comparison], "1.2": [causal_attention_forward_zero_and_renormalise]}
 
+def _keys_dot_T(x, W_query, W_key, W_value):
+    queries, keys, values = x @ W_query, x @ W_key, x @ W_value
+    scores = queries @ keys.T / keys.shape[-1] ** 0.5  # .T as on the 2-D matrices of the chapter
+    mask = torch.triu(torch.ones(x.shape[1], x.shape[1], dtype=torch.bool, device=x.device), diagonal=1)
+    return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ values
+
+
 WRONG = {
     ("1.1", "diagonal-masked"): lambda n, device=None: torch.ones(n, n, device=device).triu().bool(),
     ("1.1", "transposed"): lambda n, device=None: torch.ones(n, n, dtype=torch.bool, device=device).tril(-1),
@@ -121,6 +128,7 @@ WRONG = {
     ("1.2", "weights-times-keys"): lambda x, q, k, v: _head(x, q, k, v, mix=lambda x, keys: keys),
     ("1.2", "mask-on-cpu"): lambda x, q, k, v: _head(x, q, k, v, mask_device=False),
     ("1.2", "dropout-left-in"): lambda x, q, k, v: _head(x, q, k, v, dropout=0.1),
+    ("1.2", "keys-dot-T"): _keys_dot_T,
     ("1.3", "linear-weight-transposed"): _shapes(**{"W_query.weight": "io"}),
     ("1.3", "queries-input-width"): _shapes(queries="bti"),
     ("1.3", "scores-like-queries"): _shapes(scores="bto"),

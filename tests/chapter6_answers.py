@@ -69,8 +69,9 @@ def _step(gqa, x_new, past_keys, past_values, *, tile=False, scale=True, append_
         scores = scores / seen_keys.shape[-1] ** 0.5
     if cpu_tensor:  # a fresh tensor without a device: on the CPU, whatever the inputs' device
         scores = scores + torch.zeros(scores.shape[-1])
-    if row_zero_mask:  # the first row of the module's causal mask
-        scores = scores.masked_fill(gqa.mask[:1, : scores.shape[-1]], float("-inf"))
+    if row_zero_mask:  # the first row of the causal mask
+        first_row = torch.ones(1, scores.shape[-1], dtype=torch.bool, device=scores.device).triu(1)
+        scores = scores.masked_fill(first_row, float("-inf"))
     context = (torch.softmax(scores, dim=dim) @ seen_values).transpose(1, 2).flatten(2)
     out = gqa.out_proj(context) if project_out else context
     return (out, past_keys, past_values) if return_past else (out, keys, values)

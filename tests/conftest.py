@@ -103,6 +103,8 @@ def build(kind: str, d_in: int = 3, head_dim: int = 2, num_heads: int = 2, conte
 
 
 KINDS = ["causal", "wrapper", "batched", "gqa"]
+# The modules that keep a causal mask buffer (chapters 1 to 3); the others build their mask per call.
+BUFFER_KINDS = ["causal", "wrapper", "batched"]
 # Every module that must be causal: the fast path (both of its code paths) and cached decoding included.
 CAUSAL_KINDS = KINDS + ["fast", "fast-explicit", "gqa-cached", "tiled"]
 

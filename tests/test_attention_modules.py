@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from conftest import CAUSAL_KINDS, CUDA, KINDS, build
-from mha_course import random_batch
+from conftest import BUFFER_KINDS, CAUSAL_KINDS, CUDA, KINDS, build
+from mha_course import causal_mask, random_batch
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -92,7 +92,7 @@ def test_dropout_acts_in_training_mode(kind):
     assert not torch.allclose(module(x), module(x))
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", BUFFER_KINDS)
 def test_mask_is_a_saved_buffer_and_survives_state_dict_round_trip(kind):
     module = build(kind, context_length=5)
     state = module.state_dict()
@@ -156,7 +156,7 @@ def test_causal_attention_matches_hand_computation():
 @pytest.mark.parametrize("kind", KINDS)
 def test_runs_on_cuda(kind):
     module = build(kind).to("cuda")
-    assert module.mask.device.type == "cuda" if kind != "wrapper" else module.heads[0].mask.is_cuda
+    assert all(buffer.is_cuda for buffer in module.buffers())
     x = random_batch(2, 6, 3)
     out = module(x.cuda())
     assert out.is_cuda
@@ -294,7 +294,7 @@ def _corrupt(state: dict, how: str) -> dict:
     return state
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", BUFFER_KINDS)
 @pytest.mark.parametrize("how", ["all False", "transposed", "float 0.5"])
 def test_a_mask_that_is_not_causal_is_refused(kind, how):
     module = build(kind)
@@ -316,3 +316,37 @@ def test_a_mask_of_another_context_length_names_the_fix():
     small, large = build("batched", context_length=6), build("batched", context_length=8)
     with pytest.raises(RuntimeError, match=r"context_length=8, this one has context_length=6\. Build it with context_length=8"):
         small.load_state_dict(large.state_dict())
+
+
+# ----------------------------------------------------------------------------------------------
+# No mask quadratic in the context
+
+
+@pytest.mark.parametrize("kind", CAUSAL_KINDS)
+def test_no_module_holds_a_mask_for_a_context_it_has_not_seen(kind):
+    """Made for Llama 3.1's 131,072 positions, a module holds at most a 1,024 x 1,024 mask per head
+    (1 MiB); the taught modules' buffer then grows to the longest input seen, and no further."""
+    from mha_course.attention.masking import MASK_BUFFER_SIDE
+
+    module = build(kind, context_length=131072).eval()
+    heads = module.num_heads if kind == "wrapper" else 1
+    assert sum(b.nbytes for b in module.buffers()) <= heads * MASK_BUFFER_SIDE**2
+    x = random_batch(1, MASK_BUFFER_SIDE + 5, 3)
+    with torch.no_grad():
+        module(x)
+    assert sum(b.nbytes for b in module.buffers()) <= heads * (MASK_BUFFER_SIDE + 5) ** 2
+
+
+def test_a_grown_mask_buffer_is_the_causal_mask_of_the_input_and_loads_back():
+    from mha_course.attention.masking import MASK_BUFFER_SIDE
+
+    seen = MASK_BUFFER_SIDE + 3
+    module = build("batched", context_length=131072).eval()
+    assert module.mask.shape == (MASK_BUFFER_SIDE, MASK_BUFFER_SIDE)
+    with torch.no_grad():
+        module(random_batch(1, seen, 3))
+    assert torch.equal(module.mask, causal_mask(seen))
+    for context_length in (131072, seen, seen + 4):  # a causal mask of another side loads: the same rule
+        build("batched", context_length=context_length).load_state_dict(module.state_dict())
+    with pytest.raises(RuntimeError, match=rf"context_length={seen}, this one has context_length={seen - 1}\."):
+        build("batched", context_length=seen - 1).load_state_dict(module.state_dict())

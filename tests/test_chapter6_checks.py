@@ -80,7 +80,10 @@ def test_failure_messages_show_the_input_and_both_results(seed, monkeypatch):
     gqa, x, cached = chapter6.step_case(seed, "grouped")
     assert f"from decode_step on {x.shape[0]} sequence" in line and f"with {cached} cached tokens" in line
     assert f"({gqa.num_heads} query heads in {gqa.num_kv_groups} groups, head_dim {gqa.head_dim})" in line
-    assert re.search(r"expected the new token's output sequence \d, token 0 = \[.+\] from .+, got \[.+\]", line)
+    # Counted from 1 as the book counts, with the tensor's own index beside it.
+    found = re.search(r"expected the new token's output sequence (\d), token 1 \(index \[(\d), 0\]\) = \[.+\] "
+                      r"from .+, got \[.+\]", line)
+    assert found and int(found[1]) == int(found[2]) + 1, line
 
 
 @pytest.mark.parametrize("seed", SEEDS[6])

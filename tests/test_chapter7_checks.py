@@ -58,11 +58,12 @@ def test_failure_messages_show_the_input_and_both_results(seed, monkeypatch):
     monkeypatch.setenv(SEED_ENV_VAR, str(seed))
     line = run_check("7.2", WRONG[("7.2", "diagonal-skipped")]).line
     tokens, block = chapter7.tile_case(seed, "aligned")
-    assert f'expected "cut" for the tile of query block 0 and key block 0 ({tokens} tokens in blocks of {block}' in line
+    assert f'expected "cut" for tile_kind(0, 0, {block}, {tokens}), query block 1 and key block 1' in line
     assert 'got "skipped"' in line
     line = run_check("7.1", WRONG[("7.1", "acc-not-rescaled")]).line
-    assert re.search(r"acc row \d = \[.+\] after a second tile \(scores \(\d+, \d+\), values \(\d+, \d+\)\) that "
-                     r"raises the maximum of rows 0, 2, \.\.\., got \[.+\]", line), line
+    assert re.search(r"acc row \d \(index \[\d\]\) = \[.+\] after a second tile \(scores \(\d+, \d+\), values "
+                     r"\(\d+, \d+\)\) that raises the maximum of rows 1, 3, \.\.\. \(index 0, 2, \.\.\.\), got \[.+\]",
+                     line), line
 
 
 @pytest.mark.parametrize("seed", SEEDS[7])
@@ -99,6 +100,6 @@ def test_backward_failure_messages_show_the_input_shape(seed, monkeypatch):
     monkeypatch.setenv(SEED_ENV_VAR, str(seed))
     line = run_check("7.3", WRONG[("7.3", "grads-not-scaled")]).line
     shape = tuple(chapter7.backward_case(seed, "one")[0].shape)
-    assert line.startswith("✗ 7.3: dq, through D and the scale: expected dq sequence 0, head 0, token ")
+    assert line.startswith("✗ 7.3: dq, through D and the scale: expected dq sequence 1, head 1, token ")
     assert f"on queries, keys and values of shape {shape}".replace(" ", "") in line.replace(" ", "")
     assert "dQ = dS K / sqrt(d_h)" in line

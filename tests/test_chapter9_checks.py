@@ -42,7 +42,7 @@ def test_the_padded_message_shows_the_mask_it_used(monkeypatch):
     monkeypatch.setenv(SEED_ENV_VAR, "3")
     result = run_check("9.2", WRONG[("9.2", "nan-rows")])
     assert result.failed_check.startswith("no NaN"), result.line
-    assert re.search(r"attention_mask=\[\[1, 1, 1, 1", result.line) and "nan at sequence 1, head 0, token 0" in result.line
+    assert re.search(r"attention_mask=\[\[1, 1, 1, 1", result.line) and "nan at sequence 2, head 1, token 1 (index [1, 0, 0])" in result.line
 
 
 def test_the_answers_pass():

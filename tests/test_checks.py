@@ -36,6 +36,8 @@ from mha_course.exercises.chapter1 import head_variant, reference_head
 from mha_course.exercises.chapter4 import fused_variant
 from mha_course.exercises.chapter5 import ablated, trained_model
 from mha_course.exercises.framework import OWN_CODE, SEED_ENV_VAR, judge, probe
+from mha_course.exercises.records import (Failed, expect_close, format_pair, format_values, number_pair,
+                                          summarise)
 from mha_course.exercises.registry import chapter_modules
 from mha_course.experiments.specialisation import accuracy, evaluation_data, head_role, head_scores, train
 
@@ -153,6 +155,8 @@ def test_two_more_false_passes_fail_with_a_hint():
     ("3.5", "view-without-contiguous", "call .contiguous() first"),  # was: torch's error alone
     ("4.1", "percentage", "That is a percentage"),
     ("5.1", "mode-changed", "got the same weights but training mode"),  # was: "Work on a copy" to one who did
+    ("1.2", "keys-dot-T", "keys.transpose(1, 2), or keys.mT"),  # was: torch's "batch2 tensor" error alone
+    ("5.1", "value-columns", "a column is one feature of the input"),  # was: expected and got alone
     ("6.2", "appended-twice", "hold the new token twice"),
     ("6.2", "cpu-tensor", "makes a tensor on the CPU"),
 ])
@@ -160,6 +164,41 @@ def test_messages_that_misled_now_say_what_went_wrong(exercise_id, key, words):
     result = run_check(exercise_id, WRONG[(exercise_id, key)])
     assert (result.status, result.mistake) == ("failed", key), result.line
     assert words in result.line
+
+
+def test_positions_in_a_message_are_counted_from_1_as_the_book_counts():
+    expected = torch.zeros(2, 4, 3)
+    got = expected.clone()
+    got[1, 2, 1] = 0.5
+    with pytest.raises(Failed) as raised:
+        expect_close(got, expected, labels=("sequence", "token"))
+    assert raised.value.expected == "sequence 2, token 3 (index [1, 2]) = [0.000, 0.000, 0.000]"
+    assert raised.value.got == "[0.000, 0.500, 0.000]"
+    # The causality check: the first three tokens are watched while the later ones change.
+    line = run_check("1.2", WRONG[("1.2", "no-mask")]).line
+    assert "expected tokens 1-3 unchanged when only tokens 4 and later change, got token " in line, line
+    assert re.search(r"got token [123] changed by", line), line
+
+
+def test_expected_and_got_are_printed_with_digits_enough_to_differ(monkeypatch):
+    # Three decimals show these two rows alike; the message shows as many as it takes to tell them apart.
+    expected, got = torch.tensor([[0.3312, 0.0421]]), torch.tensor([[0.3309, 0.0421]])
+    assert format_values(expected[0]) == format_values(got[0])  # what the old messages printed
+    with pytest.raises(Failed) as raised:
+        expect_close(got, expected)
+    assert (raised.value.expected, raised.value.got) == ("row 1 (index [0]) = [0.3312, 0.0421]", "[0.3309, 0.0421]")
+    assert format_pair(0.1, 0.1 + 2e-9) == ("0.100000000", "0.100000002")
+    assert number_pair(0.25, summarise(torch.tensor(0.2504)), 3) == ("0.2500", "tensor(0.2504)")
+
+    def off_a_little(x, W_query, W_key, W_value):  # a slip the tolerance catches and three decimals hide
+        return CORRECT["1.2"](x, W_query, W_key, W_value) + 3e-4
+
+    for seed in range(4):
+        monkeypatch.setenv(SEED_ENV_VAR, str(seed))
+        result = run_check("1.2", off_a_little)
+        assert result.failed_check == "values on the running example", result.line
+        shown = re.search(r"= (\[.+?\]) for", result.expected).group(1)
+        assert shown != result.got, result.line
 
 
 def test_numbers_are_shown_as_the_type_the_learner_returned():

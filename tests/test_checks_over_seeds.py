@@ -14,13 +14,13 @@ import importlib.util
 
 import pytest
 
-from mha_course.exercises import EXERCISES, chapter6, chapter7, chapter8, positions, run_check
+from mha_course.exercises import EXERCISES, chapter6, chapter7, chapter8, latent, positions, run_check, state
 from mha_course.exercises.framework import SEED_ENV_VAR, judge, probe
 from mha_course.exercises.records import seed_of
 
 #: The chapters swept and their seeds; chapter 8's check builds GPT-2 layers, and takes three.
 SEEDS = {6: [0, 1, 2, 7, 12345, 999_999], 7: [0, 1, 2, 7, 12345, 999_999], 8: [0, 7, 12345],
-         9: [0, 1, 2, 7, 12345, 999_999]}
+         9: [0, 1, 2, 7, 12345, 999_999], 10: [0, 1, 2, 7, 12345, 999_999], 12: [0, 1, 2, 7, 12345, 999_999]}
 
 #: What a chapter's checks need beyond the package itself.
 MARKS = {8: [pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
@@ -93,8 +93,20 @@ def _chapter9_inputs(seed: int) -> tuple:
     return rotate, [[t.tolist() for t in positions.pad_case(seed, key)] for key in positions.PAD_CASES]
 
 
+def _chapter10_inputs(seed: int) -> tuple:
+    cases = [latent.latent_case(seed, key) for key in latent.CASES]
+    return [(x.tolist(), start, layer.num_heads, layer.kv_lora_rank) for layer, x, start in cases]
+
+
+def _chapter12_inputs(seed: int) -> tuple:
+    cases = [state.linear_case(seed, "readable"), state.step_case(seed, "readable"),
+             state.chunk_case(seed, "readable")]
+    return [[t.tolist() for t in case] for case in cases]
+
+
 #: What a seed gives each swept chapter's checks: the sizes, and the numbers of the small cases.
-INPUTS = {6: _chapter6_inputs, 7: _chapter7_inputs, 8: chapter8.mapping_cases, 9: _chapter9_inputs}
+INPUTS = {6: _chapter6_inputs, 7: _chapter7_inputs, 8: chapter8.mapping_cases, 9: _chapter9_inputs,
+          10: _chapter10_inputs, 12: _chapter12_inputs}
 
 
 @pytest.mark.parametrize("chapter", list(SEEDS))

@@ -185,6 +185,7 @@ def test_grouped_query_multiply_adds_match_counted_products(num_heads, groups, c
     from torch.utils.flop_counter import FlopCounterMode
 
     gqa = GroupedQueryAttention(5, 2 * num_heads, cached + new, 0.0, num_heads, groups).eval()
+    gqa.use_sdpa = False  # the formula counts the explicit products: the counter sees no fused kernel
     x = torch.randn(2, cached + new, 5)
     cache = KVCache()
     with torch.no_grad():

@@ -111,6 +111,9 @@ BOOK_FIGURES = {
         lambda: _plots().plot_visibility(3, labels=THREE_TOKEN_LABELS),
     "mha_course.plots.plot_attention: one head, 6 tokens":
         lambda: _plots().plot_attention(_weights(1, 6)[0], labels=RUNNING_WORDS, titles=["One causal head"]),
+    "mha_course.plots.plot_attention: 2 panels, 6 words, shades only":
+        lambda: _plots().plot_attention(_weights(2, 6), labels=RUNNING_WORDS,
+                                        titles=["random weights", "weights chosen by hand"], fmt=None),
     "mha_course.plots.plot_attention: 2 heads, 3 tokens":
         lambda: _plots().plot_attention(_weights(2, 3), labels=THREE_TOKEN_LABELS, titles=["Head 1", "Head 2"]),
     "mha_course.plots.plot_attention: 3 heads, 6 tokens":
@@ -138,6 +141,13 @@ BOOK_FIGURES = {
         lambda: _plots().plot_kv_sharing(num_heads=8, kv_groups=(8, 2, 1)),
     "mha_course.plots.plot_kv_cache_growth: two model shapes":
         lambda: _plots().plot_kv_cache_growth(bytes_per_number=2),
+    "mha_course.plots.plot_todays_caches: seven published models":
+        lambda: _plots().plot_todays_caches(
+            _module("mha_course.todays_caches").cache_rows(lengths=[2**k for k in range(10, 18)])),
+    "mha_course.plots.plot_state_updates: four tokens":
+        lambda: _plots().plot_state_updates(),
+    "mha_course.bench.plots.plot_deltanet: stored run":
+        lambda: _module("mha_course.bench.plots").plot_deltanet(_bench_results("bench-deltanet-cpu.json")),
     "mha_course.bench.plots.plot_results: three sizes":
         lambda: _module("mha_course.bench.plots").plot_results(
             _bench_results(), configs=["small-4", "small-16", "gpt2-small"]),
@@ -147,6 +157,8 @@ BOOK_FIGURES = {
             implementations=["stacked", "batched", "fused_qkv", "fast", "raw_sdpa", "torch_mha_weights"]),
     "mha_course.bench.plots.plot_decode: stored decoding run":
         lambda: _module("mha_course.bench.plots").plot_decode(_bench_results("bench-decode-cpu.json")),
+    "mha_course.bench.plots.plot_latent: stored latent run":
+        lambda: _module("mha_course.bench.plots").plot_latent(_bench_results("bench-latent-cpu.json")),
     "mha_course.bench.plots.plot_heads_map: stored heads map":
         lambda: _module("mha_course.bench.plots").plot_heads_map(_bench_results("bench-heads-map-cpu.json")),
     "mha_course.plots.plot_rotation: head of 8, rope_theta 10000":

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import CUDA
-from mha_course import (FastMultiHeadAttention, GroupedQueryAttention, MultiHeadAttention, MultiHeadAttentionWrapper,
-                        random_batch)
+from mha_course import (FastMultiHeadAttention, GroupedQueryAttention, KVCache, MultiHeadAttention, MultiHeadAttentionWrapper,
+                        causal_mask, random_batch)
 from mha_course.cost import count_parameters
 
 TOL = dict(rtol=1e-5, atol=1e-6)
@@ -86,8 +88,9 @@ def test_as_many_groups_as_heads_is_multi_head_attention(d_in, head_dim, num_hea
     torch.testing.assert_close(gqa(x), mha(x), **TOL)
     torch.testing.assert_close(gqa.attention_weights(x), mha.attention_weights(x), **TOL)
     assert count_parameters(gqa) == count_parameters(mha)
-    for name, tensor in mha.state_dict().items():  # the same weights, one for one
-        assert torch.equal(gqa.state_dict()[name], tensor), name
+    for name, tensor in mha.state_dict().items():  # the same weights, one for one (and no mask buffer)
+        assert name == "mask" or torch.equal(gqa.state_dict()[name], tensor), name
+    assert "mask" not in gqa.state_dict()
 
 
 def test_one_group_is_multi_query_attention():
@@ -166,3 +169,130 @@ def test_runs_on_cuda_with_a_cache():
     out = torch.cat([gqa(x[:, :4].cuda(), cache=cache), gqa(x[:, 4:].cuda(), cache=cache)], dim=1)
     assert out.is_cuda and cache.keys.is_cuda
     torch.testing.assert_close(out.cpu(), expected, rtol=1e-4, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------
+# The fused kernel and the explicit path: the same numbers
+
+
+def _paths(num_heads=4, num_kv_groups=2, rope=None, dropout=0.0, seed=0, dtype=torch.float64):
+    torch.manual_seed(seed)
+    fused = GroupedQueryAttention(6, 8, 12, dropout, num_heads, num_kv_groups, qkv_bias=True,
+                                  rope_theta=rope).to(dtype).eval()
+    explicit = copy.deepcopy(fused)
+    explicit.use_sdpa = False
+    return fused, explicit
+
+
+def _both(fused, explicit, run):
+    """``run(module)`` on both paths, with the gradients of the input and of every parameter."""
+    results = []
+    for module in (fused, explicit):
+        module.zero_grad()
+        out, x = run(module)
+        out.backward(torch.ones_like(out).normal_(generator=torch.Generator().manual_seed(3)))
+        results.append((out.detach(), x.grad, {n: p.grad for n, p in module.named_parameters()}))
+    return results
+
+
+PATH_CASES = [(4, 4, None), (4, 2, None), (4, 1, None), (4, 2, 100.0), (2, 1, 10000.0)]
+
+
+@pytest.mark.parametrize("num_heads,num_kv_groups,rope", PATH_CASES)
+@pytest.mark.parametrize("case", ["prompt", "decoding", "chunked", "left-padded", "padded-decoding"])
+def test_the_fused_and_the_explicit_paths_agree_values_and_gradients(num_heads, num_kv_groups, rope, case):
+    """A prompt (is_causal), decoding token by token (no mask), a chunk of several new tokens after a
+    cache (the rows of the causal mask), and left-padded batches with and without a cache."""
+    fused, explicit = _paths(num_heads, num_kv_groups, rope)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 7, 6, generator=g, dtype=torch.float64)
+    real = torch.tensor([[1] * 7, [0, 0, 1, 1, 1, 1, 1], [0] * 6 + [1]])
+    positions = (real.cumsum(-1) - 1).clamp(min=0)
+
+    def run(module):
+        leaf = x.clone().requires_grad_()
+        if case == "prompt":
+            return module(leaf), leaf
+        cache, outputs = KVCache(), []
+        if case == "decoding":  # three tokens, then one at a time
+            outputs.append(module(leaf[:, :3], cache=cache))
+            outputs += [module(leaf[:, t:t + 1], cache=cache) for t in range(3, 7)]
+        elif case == "chunked":  # a prompt in chunks of 3, 2 and 2
+            outputs += [module(leaf[:, a:b], cache=cache) for a, b in ((0, 3), (3, 5), (5, 7))]
+        elif case == "left-padded":
+            outputs.append(module(leaf, attention_mask=real, position_ids=positions))
+        else:  # padded-decoding: the prompt padded, then two tokens decoded with the mask growing
+            outputs.append(module(leaf[:, :5], cache=cache, attention_mask=real[:, :5],
+                                  position_ids=positions[:, :5]))
+            for t in (5, 6):
+                outputs.append(module(leaf[:, t:t + 1], cache=cache, attention_mask=real[:, :t + 1],
+                                      position_ids=positions[:, t:t + 1]))
+        return torch.cat(outputs, dim=1), leaf
+
+    (out_f, dx_f, grads_f), (out_e, dx_e, grads_e) = _both(fused, explicit, run)
+    torch.testing.assert_close(out_f, out_e, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(dx_f, dx_e, rtol=1e-10, atol=1e-10)
+    for name, grad in grads_f.items():
+        torch.testing.assert_close(grad, grads_e[name], rtol=1e-10, atol=1e-10, msg=name)
+
+
+@pytest.mark.parametrize("num_heads,num_kv_groups", [(4, 4), (4, 2), (4, 1)])
+def test_in_float32_the_paths_agree_to_rounding(num_heads, num_kv_groups):
+    fused, explicit = _paths(num_heads, num_kv_groups, rope=10000.0, dtype=torch.float32)
+    x = torch.randn(2, 9, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), explicit(x), rtol=1e-5, atol=1e-6)
+
+
+def test_the_fused_path_is_the_default_and_the_switch_is_per_module():
+    fused, explicit = _paths()
+    assert GroupedQueryAttention.use_sdpa and fused.use_sdpa and not explicit.use_sdpa
+
+
+def test_the_fused_path_copies_no_key_or_value_head():
+    """With ``enable_gqa`` the kernel reads the shared heads where they are: no ``repeat_interleave``."""
+    fused, explicit = _paths(4, 2)
+    seen = []
+    with _Recorder(seen):
+        fused(torch.randn(1, 5, 6, dtype=torch.float64))
+    assert "repeat_interleave" not in seen and "scaled_dot_product_attention" in seen
+    seen.clear()
+    with _Recorder(seen):
+        explicit(torch.randn(1, 5, 6, dtype=torch.float64))
+    assert "repeat_interleave" in seen and "scaled_dot_product_attention" not in seen
+
+
+class _Recorder(torch.overrides.TorchFunctionMode):
+    """Records the name of every torch function called while it is active."""
+
+    def __init__(self, seen):
+        super().__init__()
+        self.seen = seen
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.seen.append(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
+
+
+def test_dropout_runs_in_the_kernel_in_training_and_not_in_eval():
+    fused, _ = _paths(dropout=0.5, dtype=torch.float32)
+    x = torch.randn(2, 6, 6)
+    with torch.no_grad():
+        assert torch.equal(fused.eval()(x), fused(x))
+        fused.train()
+        assert not torch.allclose(fused(x), fused(x))
+
+
+def test_a_multihead_state_dict_loads_and_its_mask_is_checked_then_dropped():
+    """The module keeps no mask, yet MultiHeadAttention's state dict loads into it strictly (chapter 6):
+    its causal mask is checked and dropped, and a mask that is not causal is refused."""
+    mha = MultiHeadAttention(8, 8, 6, 0.0, 4).eval()
+    gqa = GroupedQueryAttention(8, 8, 6, 0.0, 4, 4).eval()
+    loaded = gqa.load_state_dict(mha.state_dict())
+    assert not loaded.missing_keys and not loaded.unexpected_keys and "mask" not in gqa.state_dict()
+    x = random_batch(2, 6, 8)
+    torch.testing.assert_close(gqa(x), mha(x))
+    for bad in (torch.zeros(6, 6, dtype=torch.bool), causal_mask(7)):
+        with pytest.raises(RuntimeError, match=r"mask: (the loaded mask is not the causal pattern|the state dict "
+                                               r"was saved from a module with context_length=7)"):
+            gqa.load_state_dict({**mha.state_dict(), "mask": bad})

@@ -247,7 +247,7 @@ def _root_name(node: ast.expr) -> str | None:
 def private_reach_ins(source: str, filename: str) -> list[str]:
     """Every use of another package module's private name (``_name``) in ``source``, as readable lines.
 
-    A module's own privates (``self._x``, ``cls._x``, its own ``_helper``) are fine, and so are those of
+    A module's own privates (``self._x``, ``cls._x``, ``super()._x``, its own ``_helper``) are fine, and so are those of
     the libraries it imports (``os._exit``, ``torch._C``). What counts: ``from .multihead import
     _helper``, and ``obj._name`` on anything that is not ``self``/``cls`` or an imported library,
     e.g. ``mha._split_heads(x)`` or ``multihead._helper``.
@@ -264,7 +264,9 @@ def private_reach_ins(source: str, filename: str) -> list[str]:
     for node in ast.walk(tree):
         private = lambda name: name.startswith("_") and not name.startswith("__")  # noqa: E731
         if isinstance(node, ast.Attribute) and private(node.attr):
-            own = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+            own = (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")) or (
+                isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
+                and node.value.func.id == "super")  # the method a class overrides, as its parent has it
             if not own and _root_name(node.value) not in libraries:
                 found.append((node.lineno, node.col_offset, ast.unparse(node)))
         elif isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("mha_course")):

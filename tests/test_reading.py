@@ -31,3 +31,33 @@ def test_a_marker_that_is_not_there_is_named():
         source_excerpt(_long, start_at="nowhere")
     with pytest.raises(ValueError, match=r"end_at='nowhere' is not in the source of _long after start_at"):
         source_excerpt(_long, end_at="nowhere")
+
+
+def test_operators_run_names_the_kernel_and_the_backward_pass():
+    import torch
+    import torch.nn.functional as F
+
+    from mha_course.reading import operators_run
+
+    q = torch.randn(1, 2, 8, 4)
+    forward = operators_run(lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True))
+    assert "aten::scaled_dot_product_attention" in forward
+    assert not any(name.endswith("_backward") for name in forward)
+    leaf = q.clone().requires_grad_()
+    both = operators_run(lambda: F.scaled_dot_product_attention(leaf, leaf, leaf, is_causal=True), backward=True)
+    assert any(name.endswith("_backward") for name in both) and leaf.grad is not None
+
+
+def test_operators_run_restores_grad_mode_and_stderr(capfd):
+    import torch
+
+    from mha_course.reading import operators_run
+
+    with torch.no_grad():
+        operators_run(lambda: torch.ones(2, requires_grad=True) * 2, backward=True)
+        assert not torch.is_grad_enabled()
+    assert torch.is_grad_enabled()
+    operators_run(lambda: torch.ones(2) + 1)
+    assert "profiler_start" not in capfd.readouterr().err
+    print("still here", file=__import__("sys").stderr)
+    assert "still here" in capfd.readouterr().err

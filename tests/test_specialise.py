@@ -26,6 +26,8 @@ from mha_course.experiments.specialisation import (  # noqa: E402
     evaluation_data,
     accuracy_by_heads,
     first_share_by_difference,
+    OTHER_BELOW,
+    ROLE_THRESHOLD,
     head_role,
     head_scores,
     load_results,
@@ -246,13 +248,17 @@ def test_accuracy_by_heads_mean_spread_and_solved():
 def test_roles_table_one_row_per_seed():
     lines = str(roles_table(_fake_results(), 2)).splitlines()
     assert lines[0].split() == ["seed", "accuracy", "head", "1", "head", "2"]
-    assert lines[2].split() == ["0", "1.000", "mixed", "0.50/0.50", "mixed", "0.50/0.50"]
+    assert lines[2].split() == ["0", "1.000", "first+previous", "0.50/0.50", "first+previous", "0.50/0.50"]
     assert len(lines) == 4
 
 
 def test_head_role_and_one_token_accuracy():
     assert [head_role(*pair) for pair in [(0.9, 0.1), (0.0, 0.85), (0.45, 0.45), (0.2, 0.2)]] == [
-        "first", "previous", "mixed", "other"]
+        "first", "previous", "first+previous", "other"]
+    # A head with nothing on the first token is not a mix of the two tokens: it names where it looks.
+    assert [head_role(*pair) for pair in [(0.0, 0.51), (0.55, 0.0), (0.75, 0.25), (0.48, 0.38)]] == [
+        "previous+other", "first+other", "first+previous", "first+previous"]
+    assert (ROLE_THRESHOLD, OTHER_BELOW) == (0.8, 0.5)  # the thresholds chapter 5 states
     with pytest.raises(ValueError, match="threshold must be in"):
         head_role(0.5, 0.5, threshold=0.4)
     # 3 labelled positions, vocabulary of 2: position 1 is free, the other two are a coin toss.

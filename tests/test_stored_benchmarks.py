@@ -95,7 +95,8 @@ def test_two_thread_run_measures_the_same_machine_and_sizes_as_the_one_thread_ru
 
 STORED_RUNS = ("bench-cpu.json", "bench-cpu-2threads.json", "bench-cpu-mmap-off.json",
                "bench-cpu-malloc-reuse.json", "bench-decode-cpu.json", "bench-heads-map-cpu.json",
-               "bench-tiled-cpu.json")
+               "bench-tiled-cpu.json", "bench-grouped-cpu.json", "bench-latent-cpu.json",
+               "bench-deltanet-cpu.json")
 
 
 @pytest.mark.parametrize("name", STORED_RUNS)
@@ -340,3 +341,60 @@ def test_stored_tiled_run_in_training_keeps_memory_in_proportion_to_t():
     assert all(t <= 1.5 * s for t, s in zip(saved["tiled"], saved["sdpa"]))
     forward = bench.tiled_rows(results)
     assert forward["tiled"][-1]["peak_bytes"] <= 1.2 * forward["sdpa"][-1]["peak_bytes"]
+
+
+# --- Grouped-query attention on the fused kernel ----------------------------------------------------
+
+def _grouped_ratios() -> dict[str, tuple[float, float]]:
+    """Config -> (the layer's time over its reference's, the larger relative spread of the two)."""
+    path = DATA / "bench-grouped-cpu.json"
+    if not path.exists():
+        pytest.fail(f"{path} is missing: chapter 6 reads it. See book/data/README.md.")
+    return {row["config"]: (row["vs_reference"], max(row["iqr_s"] / row["median_s"],
+                                                     reference["iqr_s"] / reference["median_s"]))
+            for row, reference in bench.grouped_pairs(bench.load_results(path))}
+
+
+def test_stored_grouped_run_compared_layers_that_compute_the_same_function():
+    results = bench.load_results(DATA / "bench-grouped-cpu.json")
+    assert results["meta"]["threads"] == 2 and not results["meta"]["quick"]
+    assert {row["config"] for row in results["rows"]} == set(bench.GROUPED_CONFIGS)
+    assert all(row["max_abs_diff"] < 1e-4 for row in results["rows"])
+
+
+@pytest.mark.parametrize("config", ["llama-prompt-1024", "llama-decode-1024"])
+def test_goal_the_converted_llama_layer_within_5_percent_of_transformers(config):
+    # GroupedQueryAttention made by from_llama_attention against transformers' LlamaAttention (sdpa), both
+    # handed the rotation as a model hands it: a 1,024-token prompt, and one token after 1,024 cached.
+    ratio, spread = _grouped_ratios()[config]
+    assert ratio <= 1.05, (ratio, spread)
+
+
+def test_goal_grouped_query_attention_within_5_percent_of_the_fast_path_at_equal_heads():
+    ratio, spread = _grouped_ratios()["gpt2-heads"]
+    assert ratio <= 1.05, (ratio, spread)
+
+
+def test_fewer_key_value_heads_make_the_grouped_module_faster_than_the_fast_path():
+    # 4 key/value heads for 12 query heads: narrower key and value projections, the same kernel.
+    ratio, _ = _grouped_ratios()["gpt2-groups-4"]
+    assert ratio < 1, ratio
+
+
+# --- The gated delta rule against softmax attention (chapter 12) ---------------------------------------
+
+def test_stored_state_run_chunked_equals_recurrent_and_the_state_does_not_grow():
+    path = DATA / "bench-deltanet-cpu.json"
+    if not path.exists():
+        pytest.skip("bench-deltanet-cpu.json is not stored (book/data/README.md has the command)")
+    results = bench.load_results(path)
+    prompt = bench.deltanet_rows(results, "deltanet-prompt")
+    assert [r["num_tokens"] for r in prompt["sdpa"]][-1] == 16384  # prompts up to 16k tokens
+    assert all(r["max_abs_diff"] < 1e-4 for r in prompt["chunked"])  # the same function, computed two ways
+    decode = bench.deltanet_rows(results, "deltanet-decode")
+    assert len({r["cache_bytes"] for r in decode["state"]}) == 1
+    kv = [r["cache_bytes"] / r["num_tokens"] for r in decode["kv_cache"]]
+    assert len(set(kv)) == 1  # a key and a value per token, every token kept
+    # the chunked form keeps nothing quadratic in the length: its peak grows as T, not T^2
+    peaks = [r["peak_bytes"] for r in prompt["chunked"]]
+    assert all(b / a < 6 for a, b in zip(peaks, peaks[1:]))  # lengths x4 apart

@@ -251,7 +251,7 @@ def test_no_solution_line_leaks(chapter):
     assert kept == [c.source for c in student.cells if c.cell_type == "code" and STUB not in c.source]
     book = student_notebook(source, chapter.name, book=True)
     prose = [c.source for c in source.cells if c.cell_type == "markdown" and not is_solution_markdown(c)]
-    assert all("<details" not in text for text in prose)
+    assert all('<details class="solution"' not in text for text in prose)
     assert prose == [c.source for c in book.cells if c.cell_type == "markdown"]
 
 

@@ -132,9 +132,46 @@ def test_what_the_html_hides_is_hidden_in_the_student_edition(student):
                 kept = [o.get("data") for o in shown.outputs] == [o.get("data") for o in cell.outputs]
                 assert folded.get("source_hidden") and kept, f"{path.name}: {cell.source[:60]}"
                 listings += 1
+            if {"hide-cell", "hide-output"} & set(tags):  # an optional aside's code: folded as in the book
+                assert folded.get("outputs_hidden"), f"{path.name}: {cell.source[:60]}"
+                assert folded.get("source_hidden") or "hide-output" in tags, f"{path.name}: {cell.source[:60]}"
         text = "\n".join(_markdown(edition))
-        assert "<details" not in text, f"{path.name}: a solution in prose reaches the student edition"
+        assert '<details class="solution"' not in text, f"{path.name}: a solution in prose reaches the student edition"
     assert hidden > 50 and listings > 10, (hidden, listings)
+
+
+#: An optional aside in prose: folded, its button saying so. Markdown inside it is rendered by
+#: Jupyter and by MyST alike when blank lines set it apart from the tags.
+ASIDE = re.compile(r'<details class="aside">\s*<summary>(.*?)</summary>\n\n(.*?)\n\n</details>', re.DOTALL)
+
+
+@pytest.mark.parametrize("docname", NOTEBOOKS)
+def test_an_optional_aside_is_folded_and_says_so_in_every_reading(docname):
+    """A detour a first reader may skip is folded in the HTML, in JupyterLab and in the student edition,
+    behind a button that starts "Optional": prose in ``<details class="aside">``, code in a cell whose
+    output (``hide-output``) or whole self (``hide-cell``) the book folds and Jupyter folds too."""
+    notebook = nbformat.read(source_of(docname), as_version=4)
+    for cell in notebook.cells:
+        text = cell.source
+        if cell.cell_type == "markdown" and 'class="aside"' in text:
+            found = ASIDE.findall(text)
+            assert len(found) == text.count("<details"), f"{docname}: an aside not written as {ASIDE.pattern}"
+            assert all(summary.startswith("Optional: ") for summary, _ in found), (docname, found)
+            assert not _left([body for _, body in found]), f"{docname}: MyST inside an aside"
+        tags = set(cell.metadata.get("tags", []))
+        if cell.cell_type == "code" and {"hide-cell", "hide-output"} & tags:
+            prompt = cell.metadata.get("mystnb", {}).get("code_prompt_show", "")
+            assert prompt.startswith("Optional: "), f"{docname}: a folded cell whose button says {prompt!r}"
+            jupyter = cell.metadata.get("jupyter", {})
+            assert jupyter.get("outputs_hidden") and (jupyter.get("source_hidden") or "hide-output" in tags), (
+                f"{docname}: an aside's cell that JupyterLab shows unfolded: {cell.source[:60]}")
+
+
+def test_the_chapters_have_asides():
+    """Guards the test above against passing on a book with no aside left to check."""
+    asides = sum('<details class="aside">' in cell.source or "hide-output" in cell.metadata.get("tags", [])
+                 for docname in NOTEBOOKS for cell in nbformat.read(source_of(docname), as_version=4).cells)
+    assert asides >= 3, asides
 
 
 def test_a_stub_is_shown_where_the_book_folds_its_solution(student):

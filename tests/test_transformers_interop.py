@@ -212,7 +212,7 @@ def test_context_length_comes_from_the_config_unless_given():
     assert from_gpt2_attention(gpt2(8, 2, n_positions=24)).context_length == 24
     assert from_gpt2_attention(gpt2(8, 2), context_length=5).context_length == 5
     assert from_llama_attention(llama(8, 2, 1, max_position_embeddings=20)).context_length == 20
-    assert from_llama_attention(llama(8, 2, 1), context_length=9).mask.shape == (9, 9)
+    assert from_llama_attention(llama(8, 2, 1), context_length=9).context_length == 9
 
 
 @pytest.mark.parametrize("make,convert", [(lambda: gpt2(8, 2), from_gpt2_attention),
@@ -236,7 +236,7 @@ def test_dtype_and_device_are_kept(make, convert):
     assert all(p.dtype == torch.float64 for p in convert(make().to(torch.float64)).parameters())
     on_meta = convert(make().to(torch.float32).to("meta"))  # the meta device stands in for a GPU
     assert {(p.device.type, p.dtype) for p in on_meta.parameters()} == {("meta", torch.float32)}
-    assert on_meta.mask.device.type == "meta"
+    assert all(buffer.device.type == "meta" for buffer in on_meta.buffers())
 
 
 @pytest.mark.gpu
@@ -295,3 +295,47 @@ def test_neither_the_package_nor_its_checks_import_transformers_until_a_conversi
             "mha_course.check('1.1', None); print('transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "○", "1.1", "not", "implemented", "yet", "False"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Memory: nothing quadratic in the context
+
+
+LLAMA_31_LAYER = r"""
+import os, resource, sys
+import torch
+from transformers import LlamaConfig
+from transformers.models.llama.modeling_llama import LlamaAttention
+from mha_course import from_llama_attention
+
+# A 16 GiB mask would be refused as an allocation error rather than end in the kernel's OOM killer.
+with open("/proc/self/status", encoding="utf-8") as status:
+    vm = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (vm + 6 * 2**30, resource.RLIM_INFINITY))
+config = LlamaConfig(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
+                     max_position_embeddings=131072,
+                     rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                      "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                      "original_max_position_embeddings": 8192})
+with torch.no_grad():
+    attention = LlamaAttention(config, layer_idx=0).eval()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    gqa = from_llama_attention(attention)
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - peak
+    out = gqa(torch.randn(1, 3, 4096))
+weights = sum(t.nbytes for t in (*gqa.parameters(), *gqa.buffers()))
+print(gqa.context_length, weights, grown, tuple(out.shape))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc and RLIMIT_AS: Linux only")
+def test_converting_a_llama_31_layer_allocates_no_more_than_its_weights():
+    """A Llama 3.1 layer (131,072 positions, width 4,096, 32 heads and 8 key/value heads) converts in a
+    fresh process whose peak resident memory grows by less than the new module's weights plus 1 GiB:
+    nothing of size (context x context) is built. (A dense boolean mask would be 16 GiB.)"""
+    done = subprocess.run([sys.executable, "-c", LLAMA_31_LAYER], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    context_length, weights, grown, shape = done.stdout.split(maxsplit=3)
+    assert int(context_length) == 131072 and shape.strip() == "(1, 3, 4096)"
+    assert 160 * 2**20 < int(weights) < 170 * 2**20  # 4 * 4096 * (2 * 4096 + 2 * 1024) float32 weights
+    assert int(grown) < int(weights) + 2**30, f"grew by {int(grown) / 2**30:.2f} GiB"

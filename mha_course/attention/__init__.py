@@ -8,6 +8,10 @@
   token (chapter 6);
 * :mod:`.tiled` - attention one tile of scores at a time (chapter 7);
 * :mod:`.rotary` and :mod:`.generation` - rotary positions, and a padded batch decoded (chapter 9);
+* :mod:`.latent` - multi-head latent attention: keys and values from one cached latent per token (chapter 10);
+* :mod:`.linear`, :mod:`.delta_rule` and :mod:`.gated_deltanet` - a state that does not grow: causal
+  linear attention, the gated delta rule in its recurrent and chunked forms, and Qwen3-Next's Gated
+  DeltaNet layer (chapter 12);
 * :mod:`.heads`, :mod:`.masking` and :mod:`._validation` - what the modules share: reshapes, masks and
   argument checks.
 
@@ -17,9 +21,14 @@ layers live in :mod:`mha_course.convert`.
 
 from .causal_attention import CausalAttention
 from .fast import FastMultiHeadAttention
+from .delta_rule import (chunked_gated_delta_rule, delta_rule_step, gated_delta_step, l2_normalise,
+                         recurrent_gated_delta_rule)
+from .gated_deltanet import GatedDeltaNet
 from .grouped_query import GroupedQueryAttention
 from .heads import merge_heads, split_heads, stack_qkv, unstack_qkv
 from .kv_cache import KVCache
+from .latent import MultiHeadLatentAttention, yarn_softmax_scale
+from .linear import elu_feature_map, linear_attention_quadratic, linear_attention_recurrent
 from .masking import causal_mask, visibility, with_padding
 from .multihead import MultiHeadAttention, transfer_weights
 from .rotary import RotaryEmbedding, rotate_half
@@ -30,5 +39,7 @@ __all__ = [
     "CausalAttention", "MultiHeadAttentionWrapper", "MultiHeadAttention", "transfer_weights",
     "FastMultiHeadAttention", "GroupedQueryAttention", "KVCache", "TiledMultiHeadAttention", "tiled_attention",
     "RotaryEmbedding", "rotate_half", "split_heads", "merge_heads", "stack_qkv", "unstack_qkv",
-    "causal_mask", "visibility", "with_padding",
+    "causal_mask", "visibility", "with_padding", "MultiHeadLatentAttention", "yarn_softmax_scale",
+    "elu_feature_map", "linear_attention_quadratic", "linear_attention_recurrent", "l2_normalise", "delta_rule_step",
+    "gated_delta_step", "recurrent_gated_delta_rule", "chunked_gated_delta_rule", "GatedDeltaNet",
 ]

@@ -6,8 +6,6 @@ learner sees the cause of a mistake in one line rather than a traceback from ins
 
 from __future__ import annotations
 
-import functools
-import inspect
 import numbers
 from typing import NamedTuple
 
@@ -16,6 +14,8 @@ import torch
 
 def validate_positive_int(name: str, value, hint: str = "") -> int:
     """Return ``value`` if it is a positive integer, else raise a ``ValueError``/``TypeError``."""
+    if type(value) is int and value > 0:  # the common case, checked without the slower ABC test
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(
             f"{name} must be a positive integer, got {value!r} ({type(value).__name__}). "
@@ -111,11 +111,14 @@ def validate_kv_groups(num_kv_groups, num_heads: int, name: str = "num_kv_groups
     return num_kv_groups
 
 
-def validate_input(x, d_in: int, context_length: int | None, like: torch.Tensor | None = None) -> None:
+def validate_input(x, d_in: int, context_length: int | None, like: torch.Tensor | None = None,
+                   attention_mask: torch.Tensor | None = None) -> None:
     """Check that ``x`` is a (batch, num_tokens, d_in) float tensor that fits the causal mask.
 
     ``context_length=None`` skips the length check. ``like``, a weight of the module, adds a check
-    that ``x`` has its dtype (unless autocast is on, which casts both itself) and its device.
+    that ``x`` has its dtype (unless autocast is on, which casts both itself) and its device. A
+    padding mask ``attention_mask`` is checked against ``x``'s batch and length
+    (:func:`validate_attention_mask`). Only types, shapes and devices are read, never a value.
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(
@@ -151,6 +154,8 @@ def validate_input(x, d_in: int, context_length: int | None, like: torch.Tensor 
             f"context_length={context_length}, so its causal mask covers only {context_length} "
             f"positions. Build it with context_length>={x.shape[1]}, or shorten the input."
         )
+    if attention_mask is not None:  # a padding mask (chapter 9): one entry per position of x
+        validate_attention_mask(attention_mask, x.shape[0], x.shape[1], x.device)
 
 
 def validate_same_dtype_and_device(x: torch.Tensor, like: torch.Tensor) -> None:
@@ -187,8 +192,8 @@ def validate_attention_args(d_in, d_out, context_length, dropout, qkv_bias, num_
     ``head_dim`` is ``d_out // num_heads`` (``d_out`` must split evenly; with ``d_out_per_head``, as
     in the wrapper, ``d_out`` is one head's width and ``head_dim == d_out``), and ``num_kv_groups``
     defaults to ``num_heads`` (one key/value head per query head) and must divide it. ``d_out_hint``
-    says what ``d_out`` means in the calling class, for the message. Each error names the argument,
-    the value and the fix.
+    says what ``d_out`` means in the calling class, for the message (by default, with several heads,
+    that it is their width together). Each error names the argument, the value and the fix.
 
     Example:
         >>> validate_attention_args(3, 4, 6, 0.0, False, num_heads=2)
@@ -199,6 +204,8 @@ def validate_attention_args(d_in, d_out, context_length, dropout, qkv_bias, num_
         ValueError: d_out (5) must be divisible by num_heads (2): every head gets head_dim = d_out // num_heads columns. Choose a multiple of num_heads, e.g. d_out=4 or d_out=6, or a num_heads that divides 5.
     """
     num_heads = validate_positive_int("num_heads", num_heads)
+    if not d_out_hint and num_heads > 1 and not d_out_per_head:
+        d_out_hint = "Here d_out is the width of all heads together: head_dim = d_out // num_heads."
     d_in = validate_positive_int("d_in", d_in)
     d_out = validate_positive_int("d_out", d_out, hint=d_out_hint)
     context_length = validate_positive_int("context_length", context_length)
@@ -208,53 +215,18 @@ def validate_attention_args(d_in, d_out, context_length, dropout, qkv_bias, num_
                           num_heads, head_dim, num_kv_groups)
 
 
-def validated_arguments(d_out: str):
-    """Decorate an attention module's ``__init__`` so that its arguments arrive checked.
-
-    The constructor keeps the course's signature, ``(d_in, d_out, context_length, dropout, num_heads,
-    qkv_bias=False)``; the decorator checks them all with :func:`validate_attention_args` before the
-    constructor's body runs, and hands it the checked values. So the body, which the book lists,
-    holds the module's parts and nothing else. ``d_out`` says what ``d_out`` means in the class, for
-    the messages.
-
-    Example:
-        >>> class Module:
-        ...     @validated_arguments(d_out="the width of all heads")
-        ...     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
-        ...         self.head_dim = d_out // num_heads
-        >>> Module(3, 4, 6, 0.0, 2).head_dim
-        2
-        >>> Module(3, 5, 6, 0.0, 2)
-        Traceback (most recent call last):
-            ...
-        ValueError: d_out (5) must be divisible by num_heads (2): every head gets head_dim = d_out // num_heads columns. Choose a multiple of num_heads, e.g. d_out=4 or d_out=6, or a num_heads that divides 5.
-    """
-    def decorate(init):
-        signature = inspect.signature(init)
-        hint = f"In {init.__qualname__.split('.')[0]} d_out is {d_out}."
-
-        @functools.wraps(init)
-        def checked_init(self, *args, **kwargs):
-            bound = signature.bind(self, *args, **kwargs)
-            bound.apply_defaults()
-            given = bound.arguments
-            sizes = validate_attention_args(given["d_in"], given["d_out"], given["context_length"],
-                                            given["dropout"], given["qkv_bias"], given["num_heads"],
-                                            d_out_hint=hint)
-            for name in ("d_in", "d_out", "context_length", "dropout", "qkv_bias", "num_heads"):
-                given[name] = getattr(sizes, name)
-            init(*bound.args, **bound.kwargs)
-
-        return checked_init
-
-    return decorate
-
-
 def validate_attention_mask(attention_mask, batch: int, num_keys: int, device: torch.device) -> torch.Tensor:
     """Check a padding mask and return it as booleans, ``True`` for the real tokens.
 
     ``attention_mask`` must be ``(batch, num_keys)``, one entry per position a query may read (the
-    cached ones and the new ones), boolean or integer 0/1, on ``device``.
+    cached ones and the new ones), boolean or integer (1 for a real token, 0 for padding, as
+    transformers' ``generate`` passes it), on ``device``. Only its type, shape and device are
+    checked, never its values: reading a value would make the processor wait for a GPU at every
+    call. Any nonzero integer counts as a real token, as ``attention_mask.bool()`` reads it.
+
+    Example:
+        >>> validate_attention_mask(torch.tensor([[0, 1, 1]]), 1, 3, torch.device("cpu"))
+        tensor([[False,  True,  True]])
     """
     shape = f"(batch, cached + new positions) = ({batch}, {num_keys})"
     if not isinstance(attention_mask, torch.Tensor):
@@ -272,44 +244,4 @@ def validate_attention_mask(attention_mask, batch: int, num_keys: int, device: t
     if attention_mask.device != device:
         raise ValueError(f"attention_mask is on {attention_mask.device} but x is on {device}: move it with "
                          f"attention_mask.to({str(device)!r}).")
-    if attention_mask.dtype != torch.bool and not ((attention_mask == 0) | (attention_mask == 1)).all():
-        raise ValueError(f"attention_mask must hold 0 and 1 only (1 for a real token, 0 for padding), got "
-                         f"values {sorted(set(attention_mask.unique().tolist()))[:6]}.")
     return attention_mask.bool()
-
-
-def validated_input(forward):
-    """Decorate an attention module's ``forward`` so that ``x`` is checked before it runs.
-
-    :func:`validate_input` against the module's ``d_in``, ``context_length`` and the dtype and device
-    of its first parameter, and a padding mask passed as ``attention_mask`` (its first argument after
-    ``x``, or by name) against ``x``'s batch and length; any further arguments pass through
-    unchanged. So ``forward``, which the book lists, holds the computation alone.
-
-    Example:
-        >>> class Module(torch.nn.Linear):
-        ...     d_in, context_length = 3, 4
-        ...     @validated_input
-        ...     def forward(self, x):
-        ...         return super().forward(x)
-        >>> Module(3, 2)(torch.rand(1, 4, 3)).shape
-        torch.Size([1, 4, 2])
-        >>> Module(3, 2)(torch.rand(1, 5, 3))
-        Traceback (most recent call last):
-            ...
-        ValueError: x has 5 tokens (x.shape[1]) but the module was built with context_length=4, so its causal mask covers only 4 positions. Build it with context_length>=5, or shorten the input.
-    """
-    takes_mask = "attention_mask" in inspect.signature(forward).parameters
-
-    @functools.wraps(forward)
-    def checked_forward(self, x, *args, **kwargs):
-        validate_input(x, self.d_in, self.context_length, like=next(self.parameters(), None))
-        mask = kwargs.get("attention_mask", args[0] if args else None) if takes_mask else None
-        if mask is not None:  # a padding mask (chapter 9): one entry per position of x
-            validate_attention_mask(mask, x.shape[0], x.shape[1], x.device)
-        return forward(self, x, *args, **kwargs)
-
-    if not forward.__doc__:  # the listed forward has none: say what the call does
-        checked_forward.__doc__ = ("``(batch, num_tokens, d_in) -> (batch, num_tokens, d_out)``, once the "
-                                   "shape, dtype, device and length of ``x`` are checked.")
-    return checked_forward

@@ -25,8 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._validation import validate_attention_args, validate_input
-from .heads import captured_attention_weights, merge_heads, score_dtype, split_heads, unstack_qkv
-from .masking import causal_mask, with_padding
+from .heads import captured_attention_weights, merge_heads, score_dtype, split_heads, stack_qkv, unstack_qkv
+from .masking import causal_mask, safe_softmax, with_padding
+from .multihead import MultiHeadAttention, not_a_multihead
 
 
 class FastMultiHeadAttention(nn.Module):
@@ -52,11 +53,11 @@ class FastMultiHeadAttention(nn.Module):
     Shapes:
         input ``(batch, num_tokens, d_in)`` -> output ``(batch, num_tokens, d_out)``; the optional
         ``attention_mask`` of ``forward`` is ``(batch, num_tokens)``, 1 for real tokens and 0 for
-        padding, as for :class:`MultiHeadAttention`.
+        padding, as for :class:`MultiHeadAttention`; a query that sees no key gets a context vector
+        of 0 on both paths.
 
-    Conversions: ``FastMultiHeadAttention.from_multihead(mha)`` stacks a ``MultiHeadAttention``'s
-    weights into ``qkv``; ``MultiHeadAttention.from_fast(fast)`` cuts them back (both in
-    ``mha_course.convert.pytorch``).
+    Conversions: :meth:`from_multihead` stacks a ``MultiHeadAttention``'s weights into ``qkv``;
+    :meth:`MultiHeadAttention.from_fast` cuts them back.
 
     Example:
         >>> fast = FastMultiHeadAttention(3, 4, context_length=6, dropout=0.0, num_heads=2)
@@ -89,7 +90,8 @@ class FastMultiHeadAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, attention_mask=None) -> torch.Tensor:
         """Fused projection and attention: ``(B, T, d_in) -> (B, T, d_out)``."""
-        validate_input(x, self.d_in, self.context_length, like=self.qkv.weight)
+        validate_input(x, self.d_in, self.context_length, like=self.qkv.weight,
+                       attention_mask=attention_mask)
         qkv = self.qkv(x)  # (B, T, 3*d_out): one product for all three roles
         # Each (B, h, T, d_h): views of qkv, nothing copied.
         queries, keys, values = (split_heads(t, self.num_heads)
@@ -109,8 +111,7 @@ class FastMultiHeadAttention(nn.Module):
             queries = queries.to(dtype) * self.head_dim**-0.5
             scores = queries @ keys.to(dtype).transpose(2, 3)  # (B, h, T, T)
             mask = causal_mask(x.shape[1], x.device) if mask is None else mask
-            scores.masked_fill_(mask, float("-inf"))
-            weights = torch.softmax(scores, dim=-1).to(values.dtype)
+            weights = safe_softmax(scores, mask).to(values.dtype)  # 0: no key
             context = self.dropout(weights) @ values  # (B, h, T, d_h)
         return self.out_proj(merge_heads(context))  # (B, T, d_out)
 
@@ -134,3 +135,30 @@ class FastMultiHeadAttention(nn.Module):
             return captured_attention_weights(self, x)
         finally:
             self.use_sdpa = use_sdpa
+
+    @classmethod
+    @torch.no_grad()
+    def from_multihead(cls, mha: MultiHeadAttention) -> FastMultiHeadAttention:
+        """A ``FastMultiHeadAttention`` that computes what ``mha`` does.
+
+        The query, key and value weights (and biases) are stacked into ``qkv``; the output projection
+        and the dropout probability are copied; device, dtype and training mode follow ``mha``.
+
+        Example:
+            >>> mha = MultiHeadAttention(3, 4, 6, dropout=0.0, num_heads=2)
+            >>> fast = FastMultiHeadAttention.from_multihead(mha)
+            >>> x = torch.rand(2, 6, 3)
+            >>> torch.allclose(fast(x), mha(x), atol=1e-6)
+            True
+        """
+        error = not_a_multihead(mha, "FastMultiHeadAttention.from_multihead")
+        if error:
+            raise error
+        weight = mha.W_query.weight
+        fast = cls(mha.d_in, mha.d_out, mha.context_length, mha.dropout.p, mha.num_heads,
+                   qkv_bias=mha.W_query.bias is not None).to(device=weight.device, dtype=weight.dtype)
+        fast.qkv.weight.copy_(stack_qkv(mha.W_query.weight, mha.W_key.weight, mha.W_value.weight))
+        if fast.qkv.bias is not None:
+            fast.qkv.bias.copy_(stack_qkv(mha.W_query.bias, mha.W_key.bias, mha.W_value.bias))
+        fast.out_proj.load_state_dict(mha.out_proj.state_dict())
+        return fast.train(mha.training)

@@ -37,11 +37,19 @@ class TinyDecoder(nn.Module):
         self.unembed = nn.Linear(d_model, vocab_size, bias=False)
 
     def forward(self, ids, caches=None, attention_mask=None, position_ids=None) -> torch.Tensor:
-        """Logits ``(B, T, vocab_size)`` for token ids ``(B, T)``; ``caches``: one KVCache per layer."""
+        """Logits ``(B, T, vocab_size)`` for token ids ``(B, T)``; ``caches``: one KVCache per layer.
+
+        The rotation's cos and sin are computed once per call, for the positions of ``ids``, and
+        handed to every layer, as transformers' Llama does: the layers' frequencies are the same.
+        """
         x = self.embed(ids)  # (B, T, d_model)
         caches = caches if caches is not None else [None] * len(self.layers)
+        if position_ids is None:  # the new tokens follow the cached ones
+            start = 0 if caches[0] is None else len(caches[0])
+            position_ids = torch.arange(start, start + ids.shape[1], device=ids.device)[None]  # (1, T)
+        rotation = self.layers[0].rotary.cos_sin(position_ids, x.dtype)  # (cos, sin): (B or 1, T, d_h)
         for layer, cache in zip(self.layers, caches, strict=True):
-            x = x + layer(x, cache=cache, attention_mask=attention_mask, position_ids=position_ids)
+            x = x + layer(x, cache=cache, attention_mask=attention_mask, position_embeddings=rotation)
         return self.unembed(x)
 
 

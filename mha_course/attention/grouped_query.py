@@ -10,21 +10,25 @@ consecutive heads, and the heads of a group share one key head and one value hea
 * ``num_kv_groups == 1``: one key/value head for all, multi-query attention (Shazeer 2019);
 * in between: grouped-query attention.
 
-Before the scores, each key/value head is repeated for the query heads of its group
-(``repeat_interleave`` along the head axis: group ``g`` serves query heads ``g*r`` to
-``g*r + r - 1``, with ``r = num_heads // num_kv_groups``); from there on the computation is
-multi-head attention's.
+Query head ``i`` reads key/value head ``i // r``, with ``r = num_heads // num_kv_groups``: group
+``g`` serves query heads ``g*r`` to ``g*r + r - 1``. PyTorch's fused kernel,
+``scaled_dot_product_attention(..., enable_gqa=True)``, reads the shared heads where they are; the
+explicit path (``use_sdpa = False``, as in :class:`FastMultiHeadAttention`) repeats each key/value
+head for the query heads of its group (``repeat_interleave`` along the head axis) and from there on
+computes multi-head attention's scores, mask and softmax.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ._validation import validate_attention_args, validate_input
 from .heads import captured_attention_weights, merge_heads, score_dtype, split_heads
 from .kv_cache import cache_start
-from .masking import register_causal_mask, with_padding
+from .masking import causal_mask, drop_loaded_mask, safe_softmax, with_padding
+from .multihead import MultiHeadAttention, not_a_multihead
 from .rotary import RotaryEmbedding
 
 
@@ -58,9 +62,16 @@ class GroupedQueryAttention(nn.Module):
         W_key: ``nn.Linear(d_in, num_kv_groups * head_dim)``, one key head per group;
             ``W_value`` is its twin for values.
         out_proj: ``nn.Linear(d_out, d_out)`` that mixes the merged heads.
-        mask: boolean buffer ``(context_length, context_length)``, ``True`` where attention is
-            forbidden.
         rotary: the :class:`~mha_course.attention.rotary.RotaryEmbedding`, or ``None`` without ``rope_theta``.
+        use_sdpa: ``True`` (default) runs ``scaled_dot_product_attention`` with ``enable_gqa``;
+            ``False`` runs the explicit computation, for comparison. ``attention_weights`` always
+            uses the explicit one.
+
+    No mask buffer: each call builds the causal mask of its own rows, ``(num_tokens, cached +
+    num_tokens)``, and only where the fused kernel needs one (a prompt has ``is_causal``, one new
+    token sees every position), so the module holds nothing that grows with ``context_length``. A
+    state dict that holds a causal ``mask`` (``MultiHeadAttention``'s) loads all the same: the
+    mask is checked and dropped.
 
     Padding: ``forward(x, cache, attention_mask, position_ids)``. ``attention_mask``
     ``(batch, cached + new positions)`` is 1 (or ``True``) for a real token and 0 for padding, as
@@ -68,9 +79,11 @@ class GroupedQueryAttention(nn.Module):
     ``(batch, num_tokens)`` are the positions the rotation uses, by default the cache's length plus
     ``0, 1, ...``; for a left-padded batch pass ``attention_mask.cumsum(-1) - 1`` (clamped at 0)
     so that each sequence counts from its first real token. Without rotation they change nothing.
+    ``position_embeddings``, the ``(cos, sin)`` of ``RotaryEmbedding.cos_sin`` for those positions, replaces them: a model
+    computes it once per call and hands it to every layer. A query that sees no key (a padded one,
+    at the start of a left-padded sequence) gets a context vector of 0, on both paths.
 
-    Conversion: ``GroupedQueryAttention.from_multihead(mha, num_kv_groups)`` pools a trained
-    ``MultiHeadAttention``'s key and value heads (in ``mha_course.convert.pytorch``).
+    Conversion: :meth:`from_multihead` pools a trained ``MultiHeadAttention``'s key and value heads.
 
     Example:
         >>> gqa = GroupedQueryAttention(8, 8, context_length=6, dropout=0.0, num_heads=4, num_kv_groups=2)
@@ -79,6 +92,9 @@ class GroupedQueryAttention(nn.Module):
         >>> gqa.W_query.weight.shape, gqa.W_key.weight.shape  # 4 query heads, 2 key heads, of width 2
         (torch.Size([8, 8]), torch.Size([4, 8]))
     """
+
+    #: Run the fused kernel (True) or the explicit computation (False).
+    use_sdpa: bool = True
 
     def __init__(self, d_in, d_out, context_length, dropout, num_heads,
                  num_kv_groups, qkv_bias=False, rope_theta=None):
@@ -101,47 +117,60 @@ class GroupedQueryAttention(nn.Module):
         self.W_value = nn.Linear(self.d_in, kv_width, bias=args.qkv_bias)
         self.out_proj = nn.Linear(self.d_out, self.d_out)
         self.dropout = nn.Dropout(args.dropout)
-        register_causal_mask(self, self.context_length)  # self.mask
         self.rotary = (None if rope_theta is None  # Llama's rotary positions
                        else RotaryEmbedding(self.head_dim, rope_theta))
+        # No mask buffer; a state dict with a causal mask (MultiHeadAttention's) loads all the same.
+        self.register_load_state_dict_pre_hook(drop_loaded_mask)
 
-    def forward(self, x, cache=None, attention_mask=None, position_ids=None):
+    def forward(self, x, cache=None, attention_mask=None, position_ids=None,
+                position_embeddings=None):
         """Grouped-query attention: ``(B, T, d_in) -> (B, T, d_out)``.
 
         With a ``cache``, ``x`` holds the tokens that follow the cached ones:
         their keys and values are appended to it, and each of them attends
         to every cached position and to the tokens of ``x`` up to itself.
-        ``attention_mask`` ``(B, cached + T)``: 1 for real tokens, 0 for
-        padding; ``position_ids`` ``(B, T)``: the rotation's positions.
+        ``attention_mask`` ``(B, cached + T)``: 1 for a real token, 0 for
+        padding; ``position_ids`` ``(B, T)`` or ``position_embeddings``
+        (``(cos, sin)``, made once for all layers): the rotation's positions.
         """
         validate_input(x, self.d_in, self.context_length,
                        like=self.W_query.weight)
         # x's first position: 0, or how many positions the cache holds
         start = cache_start(cache, self, x.shape[1], self.context_length)
-        end = start + x.shape[1]
         h, g = self.num_heads, self.num_kv_groups
         queries = split_heads(self.W_query(x), h)  # (B, h, T, d_h)
         keys = split_heads(self.W_key(x), g)  # (B, g, T, d_h)
         values = split_heads(self.W_value(x), g)  # (B, g, T, d_h)
         if self.rotary is not None:  # turned by position, keys before caching
-            queries, keys = self.rotary(queries, keys, start, position_ids)
+            queries, keys = self.rotary(queries, keys, start, position_ids,
+                                        position_embeddings)
         if cache is not None:  # the past, then x: (B, g, end, d_h) each
             keys, values = cache.append(keys, values)
-        # Each key/value head serves the group_size query heads of its group,
-        # g0 g0 g1 g1 ... (repeat_interleave; repeat would give g0 g1 g0 g1).
-        r = self.group_size
-        keys = keys.repeat_interleave(r, dim=1)  # (B, h, end, d_h)
-        values = values.repeat_interleave(r, dim=1)  # (B, h, end, d_h)
-        dtype = score_dtype(queries.dtype)  # float32 for float16 inputs
-        queries = queries.to(dtype) * self.head_dim**-0.5
-        scores = queries @ keys.to(dtype).transpose(2, 3)  # (B, h, T, end)
-        # Rows are x's positions start .. end-1, columns every position up to
-        # end-1: the cached past is visible to all of them, and within x the
-        # usual causal triangle applies; padded keys are hidden from all.
-        mask = with_padding(self.mask[start:end, :end], attention_mask, len(x))
-        scores.masked_fill_(mask, float("-inf"))
-        weights = torch.softmax(scores, dim=-1).to(values.dtype)
-        context = self.dropout(weights) @ values  # (B, h, T, d_h)
+        # True where a query may not look, a later key or padding: (T, end),
+        # or (B, 1, T, end) with padding. None where the kernel needs none: a
+        # prompt is_causal, and one new token sees every key.
+        mask = None
+        if attention_mask is not None or (start and x.shape[1] > 1):
+            mask = with_padding(causal_mask(x.shape[1], x.device, start=start),
+                                attention_mask, len(x))
+        if self.use_sdpa:  # query head i reads key/value head i // group_size
+            p = self.dropout.p if self.training else 0.0
+            context = F.scaled_dot_product_attention(  # its mask: True = see
+                queries, keys, values, dropout_p=p, enable_gqa=g < h,
+                is_causal=mask is None and not start,
+                attn_mask=None if mask is None else ~mask)  # (B, h, T, d_h)
+        else:  # step by step: each key/value head repeated for its group,
+            # g0 g0 g1 g1 ... (repeat_interleave; repeat would give g0 g1 g0 g1)
+            r = self.group_size
+            keys = keys.repeat_interleave(r, dim=1)  # (B, h, end, d_h)
+            values = values.repeat_interleave(r, dim=1)  # (B, h, end, d_h)
+            dtype = score_dtype(queries.dtype)  # float32 for float16 inputs
+            queries = queries.to(dtype) * self.head_dim**-0.5
+            scores = queries @ keys.to(dtype).transpose(2, 3)  # (B, h, T, end)
+            if mask is None:
+                mask = causal_mask(x.shape[1], x.device, start=start)
+            weights = safe_softmax(scores, mask).to(values.dtype)  # 0: no key
+            context = self.dropout(weights) @ values  # (B, h, T, d_h)
         return self.out_proj(merge_heads(context))  # (B, T, d_out)
 
     @torch.no_grad()
@@ -155,4 +184,63 @@ class GroupedQueryAttention(nn.Module):
             >>> gqa.attention_weights(torch.rand(1, 5, 3)).shape
             torch.Size([1, 2, 5, 5])
         """
-        return captured_attention_weights(self, x)
+        use_sdpa, self.use_sdpa = self.use_sdpa, False  # the kernel keeps no weights
+        try:
+            return captured_attention_weights(self, x)
+        finally:
+            self.use_sdpa = use_sdpa
+
+    @classmethod
+    @torch.no_grad()
+    def from_multihead(cls, mha: MultiHeadAttention, num_kv_groups: int) -> GroupedQueryAttention:
+        """A ``GroupedQueryAttention`` made from a trained ``MultiHeadAttention`` by mean-pooling.
+
+        The uptraining recipe of Ainslie et al. (2023): the query and output projections are copied;
+        the key (and value) head of each group is the mean of the key (and value) heads of the query
+        heads in that group. With ``num_kv_groups == mha.num_heads`` nothing is pooled and the result
+        computes exactly what ``mha`` computes; with fewer groups it approximates it, and a short
+        further training recovers most of the difference. Dropout, bias setting, device, dtype and
+        training mode follow ``mha``.
+
+        Example:
+            >>> mha = MultiHeadAttention(8, 8, context_length=6, dropout=0.0, num_heads=4)
+            >>> x = torch.rand(2, 6, 8)
+            >>> same = GroupedQueryAttention.from_multihead(mha, num_kv_groups=4)
+            >>> torch.allclose(same(x), mha(x), atol=1e-6)
+            True
+            >>> pooled = GroupedQueryAttention.from_multihead(mha, num_kv_groups=2)
+            >>> pooled.W_key.weight.shape  # 2 key heads of width 2, each the mean of two
+            torch.Size([4, 8])
+        """
+        error = not_a_multihead(mha, "GroupedQueryAttention.from_multihead", ", num_kv_groups")
+        if error:
+            raise error
+        weight = mha.W_query.weight
+        gqa = cls(mha.d_in, mha.d_out, mha.context_length, mha.dropout.p, mha.num_heads, num_kv_groups,
+                  qkv_bias=mha.W_query.bias is not None).to(device=weight.device, dtype=weight.dtype)
+        gqa.W_query.load_state_dict(mha.W_query.state_dict())
+        gqa.out_proj.load_state_dict(mha.out_proj.state_dict())
+        for role in ("W_key", "W_value"):
+            source, target = getattr(mha, role), getattr(gqa, role)
+            target.weight.copy_(mean_per_group(source.weight, gqa.num_kv_groups, gqa.head_dim))
+            if target.bias is not None:
+                target.bias.copy_(mean_per_group(source.bias, gqa.num_kv_groups, gqa.head_dim))
+        return gqa.train(mha.training)
+
+
+def mean_per_group(t: torch.Tensor, num_kv_groups: int,
+                   head_dim: int) -> torch.Tensor:
+    """Average the heads of each group: ``(h * d_h, ...) -> (g * d_h, ...)``.
+
+    ``t`` is a key or value projection's weight ``(h * d_h, d_in)`` or
+    bias ``(h * d_h,)``; group ``g`` is made of the consecutive heads
+    ``g*r`` to ``g*r + r - 1``.
+
+    Example:
+        >>> mean_per_group(torch.tensor([1.0, 3.0, 5.0, 7.0]), 1, head_dim=2)
+        tensor([3., 5.])
+    """
+    rest = t.shape[1:]  # (d_in,) for a weight, () for a bias
+    grouped = t.reshape(num_kv_groups, -1, head_dim, *rest)  # (g, r, d_h, ...)
+    pooled = grouped.mean(dim=1)  # (g, d_h, ...): each group's mean head
+    return pooled.reshape(num_kv_groups * head_dim, *rest)  # (g * d_h, ...)

@@ -65,6 +65,7 @@ class KVCache:
     def __init__(self) -> None:
         self.tensors: dict[str, torch.Tensor] = {}  # name -> (B, ..., T_cached, width)
         self.states: dict[str, torch.Tensor] = {}  # name -> a tensor that does not grow
+        self._held_positions = 0  # positions summarised in the states (hold's new_positions)
         self._layer: weakref.ref | None = None  # the layer that fills the cache
 
     # GroupedQueryAttention's keys and values under their own names (None while empty)
@@ -142,8 +143,9 @@ class KVCache:
         self.__dict__.update(state)
 
     def __len__(self) -> int:
-        """How many positions the cache holds (0 when empty)."""
-        return next((t.shape[-2] for t in self.tensors.values()), 0)
+        """How many positions the cache holds (0 when empty): the rows of its per-position tensors, or,
+        for a cache of fixed-size states alone, the positions those states summarise."""
+        return next((t.shape[-2] for t in self.tensors.values()), self.__dict__.get("_held_positions", 0))
 
     def __repr__(self) -> str:
         if not self.tensors and not self.states:
@@ -157,6 +159,7 @@ class KVCache:
     def reset(self) -> None:
         """Empty the cache, to start a new sequence (or batch of sequences)."""
         self.tensors, self.states = {}, {}
+        self._held_positions = 0
         self._layer = None
 
     def start(self, layer, num_new: int, context_length: int | None) -> int:
@@ -271,12 +274,13 @@ class KVCache:
             self.tensors[name] = tensor
         return tuple(self.tensors[name] for name in new)
 
-    def hold(self, **state: torch.Tensor) -> None:
+    def hold(self, new_positions: int = 0, **state: torch.Tensor) -> None:
         """Keep tensors of a fixed size, by name, in place of those held before (a recurrent state).
 
         A layer that summarises its past in a state of fixed size, rather than in one row per
-        position, stores the state after each call here; the cache's length still counts the
-        positions of :meth:`extend`.
+        position, stores the state after each call here. The cache's length counts the positions of
+        :meth:`extend`; a cache of states alone counts the ``new_positions`` each call says it
+        summarised (the tokens of ``x``), so that ``len(cache)`` is the positions seen either way.
 
         Raises:
             ValueError: if a state does not fit the one held under its name (shape or device).
@@ -285,16 +289,20 @@ class KVCache:
         Example:
             >>> cache = KVCache()
             >>> cache.hold(state=torch.zeros(2, 4, 8, 8))
-            >>> cache.hold(state=torch.ones(2, 4, 8, 8))  # replaced, not grown
-            >>> cache.nbytes == 2 * 4 * 8 * 8 * 4
-            True
+            >>> cache.hold(state=torch.ones(2, 4, 8, 8), new_positions=5)  # replaced, not grown
+            >>> cache.nbytes == 2 * 4 * 8 * 8 * 4, len(cache)
+            (True, 5)
         """
+        if isinstance(new_positions, bool) or not isinstance(new_positions, int) or new_positions < 0:
+            raise ValueError(f"new_positions must be a whole number >= 0 (the tokens this call summarised), "
+                             f"got {new_positions!r}.")
         for name, tensor in state.items():
             if not isinstance(tensor, torch.Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}.")
             held = self.states.get(name)
             self._fits(name, tensor, held, None if held is None else held.shape)
         self.states.update(state)
+        self._held_positions = self.__dict__.get("_held_positions", 0) + new_positions
 
     def _check(self, new: dict[str, torch.Tensor]) -> None:
         """Refuse new tensors that do not fit each other or what the cache holds, before changing anything."""

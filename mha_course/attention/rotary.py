@@ -67,6 +67,26 @@ def validate_positions(position_ids, batch: int, num_new: int, like: torch.Tenso
                          f"position_ids.to({str(like.device)!r}).")
 
 
+def validate_position_embeddings(position_embeddings, batch: int, num_new: int, head_dim: int,
+                                 like: torch.Tensor) -> None:
+    """Check that ``position_embeddings`` is ``(cos, sin)``, each ``(batch or 1, num_new, head_dim)`` on
+    ``like``'s device, as :meth:`RotaryEmbedding.cos_sin` makes them."""
+    shape = f"({batch} or 1, {num_new}, {head_dim})"
+    if not (isinstance(position_embeddings, (tuple, list)) and len(position_embeddings) == 2
+            and all(isinstance(t, torch.Tensor) for t in position_embeddings)):
+        raise TypeError(f"position_embeddings must be (cos, sin), two tensors of shape {shape} as "
+                        "RotaryEmbedding.cos_sin(position_ids, dtype) returns them, got "
+                        f"{type(position_embeddings).__name__}.")
+    for name, t in zip(("cos", "sin"), position_embeddings):
+        if t.dim() != 3 or t.shape[0] not in (1, batch) or tuple(t.shape[1:]) != (num_new, head_dim):
+            raise ValueError(f"position_embeddings' {name} must have shape (batch or 1, num_tokens, head_dim) = "
+                             f"{shape}, got {tuple(t.shape)}: make it with rotary.cos_sin(position_ids, dtype) "
+                             "for the positions of x's tokens.")
+        if t.device != like.device:
+            raise ValueError(f"position_embeddings' {name} is on {t.device} but x is on {like.device}: move it "
+                             f"with .to({str(like.device)!r}).")
+
+
 class RotaryEmbedding(nn.Module):
     """Rotates queries and keys by their positions (half-split convention, as Llama).
 
@@ -103,35 +123,54 @@ class RotaryEmbedding(nn.Module):
 
     def cos_sin(self, position_ids: torch.Tensor,
                 dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """``cos`` and ``sin`` of every angle, ``(B, T, head_dim)`` each, computed in float32."""
+        """``cos`` and ``sin`` of every angle, ``(B, T, head_dim)`` each,
+        computed in float32: the rotation a model computes once per call
+        and hands to every layer (``position_embeddings``), as Llama does.
+
+        Example:
+            >>> rotary = RotaryEmbedding(4, 10000.0)
+            >>> cos, sin = rotary.cos_sin(torch.tensor([[0, 1]]), torch.float32)
+            >>> cos.shape, cos[0, 0].tolist()  # position 0: no turn
+            (torch.Size([1, 2, 4]), [1.0, 1.0, 1.0, 1.0])
+        """
         # (B, T, d_h / 2): position times the angle per position of each pair
         angles = position_ids[..., None].float() * self.inv_freq.float()
         # (B, T, d_h): pair i is numbers i and i + d_h/2, one angle for both
         angles = torch.cat((angles, angles), dim=-1)
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
-    def forward(self, queries, keys, start: int, position_ids=None):
+    def forward(self, queries, keys, start: int, position_ids=None,
+                position_embeddings=None):
         """Rotate queries ``(B, h, T, d_h)`` and keys ``(B, g, T, d_h)``.
 
-        Positions are ``position_ids`` ``(B, T)``, by default ``start + arange(T)``.
+        Positions are ``position_ids`` ``(B, T)``, by default ``start +
+        arange(T)`` in every sequence (made once and broadcast). Or the
+        rotation comes made: ``position_embeddings``, the ``(cos, sin)`` of
+        :meth:`cos_sin`, computed by a model once per call for all layers.
         """
         batch, _, num_new, _ = queries.shape
-        if position_ids is None:  # the new tokens follow the start cached ones
-            position_ids = torch.arange(start, start + num_new,
-                                        device=queries.device).expand(batch, -1)
+        if position_embeddings is None:
+            if position_ids is None:  # the new tokens follow the cached ones
+                position_ids = torch.arange(start, start + num_new,
+                                            device=queries.device)[None]
+            else:
+                validate_positions(position_ids, batch, num_new, queries)
+            position_embeddings = self.cos_sin(position_ids, queries.dtype)
         else:
-            validate_positions(position_ids, batch, num_new, queries)
-        cos, sin = self.cos_sin(position_ids, queries.dtype)  # (B, T, d_h)
-        # (B, 1, T, d_h): the same angles for every head
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+            validate_position_embeddings(position_embeddings, batch, num_new,
+                                         self.head_dim, queries)
+        # (B or 1, 1, T, d_h): the same angles for every head
+        cos, sin = (t.unsqueeze(1) for t in position_embeddings)
         return (queries * cos + rotate_half(queries) * sin,
                 keys * cos + rotate_half(keys) * sin)
 
     def _apply(self, fn, recurse=True):
-        """Move with the module (``.to``, ``.cuda``, ``.half``) but keep the frequencies in float32:
-        rounded to bfloat16, the angle of position 1000 would be off by radians."""
-        # the module holds this one tensor: follow fn's device, keep the dtype
-        self.inv_freq = self.inv_freq.to(device=fn(self.inv_freq).device)
+        """Move with the module (``.to``, ``.cuda``, ``.half``) as ``nn.Module`` moves every buffer,
+        then put the frequencies back in float32: rounded to bfloat16, the angle of position 1000
+        would be off by radians."""
+        frequencies = self.inv_freq  # float32, before fn
+        super()._apply(fn, recurse)
+        self.inv_freq = frequencies.to(device=self.inv_freq.device)  # fn's device, float32 kept
         return self
 
     def extra_repr(self) -> str:

@@ -29,13 +29,14 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from ._validation import validate_bool, validate_input, validate_positive_int
+from ._validation import validate_attention_mask, validate_bool, validate_input, validate_positive_int
 from .heads import captured_attention_weights, merge_heads, score_dtype, split_heads
-from .multihead import MultiHeadAttention
+from .multihead import MultiHeadAttention, not_a_multihead
 
 
 def tiled_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                    block_size: int = 64, causal: bool = True) -> torch.Tensor:
+                    block_size: int = 64, causal: bool = True,
+                    attention_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Scaled dot-product attention, one tile of scores at a time, with an online softmax.
 
     Equal, up to rounding, to ``torch.nn.functional.scaled_dot_product_attention(queries, keys,
@@ -51,6 +52,10 @@ def tiled_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
         values: ``(batch, num_heads, num_tokens, value_dim)``; ``value_dim`` is usually ``head_dim``.
         block_size: how many queries, and how many keys, one tile holds.
         causal: mask the future (position ``j > i``), and skip the tiles that lie wholly in it.
+        attention_mask: ``None``, or a padding mask ``(batch, num_tokens)``, 1 (or ``True``) for a real
+            key and 0 for padding, hidden from every query. A query left with no key to see (a
+            padded one, at the start of a left-padded sequence) gets an output of 0 and gradients of
+            0, as ``scaled_dot_product_attention`` gives it.
 
     Returns:
         ``(batch, num_heads, num_tokens, value_dim)``.
@@ -63,9 +68,11 @@ def tiled_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
         (torch.Size([2, 4, 10, 8]), True)
     """
     block_size = validate_tiled_arguments(queries, keys, values, block_size, causal)
+    real = None if attention_mask is None else validate_attention_mask(
+        attention_mask, queries.shape[0], queries.shape[2], queries.device)  # (B, T), True: real
     if queries.shape[2] == 0:  # no tokens: an empty result, as the other modules give
         return values.clone()
-    return TiledAttention.apply(queries, keys, values, block_size, causal)
+    return TiledAttention.apply(queries, keys, values, block_size, causal, real)
 
 
 def key_starts(q_start: int, q_stop: int, num_tokens: int, block_size: int, causal: bool) -> range:
@@ -80,10 +87,12 @@ def key_starts(q_start: int, q_stop: int, num_tokens: int, block_size: int, caus
 
 
 def tile_scores(q: torch.Tensor, keys: torch.Tensor, q_start: int,
-                k_start: int, block_size: int, causal: bool) -> torch.Tensor:
+                k_start: int, block_size: int, causal: bool,
+                real: torch.Tensor | None = None) -> torch.Tensor:
     """One tile of scaled scores, ``(B, h, T_q, T_k)``: the queries ``q``
     (from position ``q_start``) against the block of ``keys`` from
-    ``k_start``, with ``-inf`` where a key comes after its query.
+    ``k_start``, with ``-inf`` where a key comes after its query, or is
+    padding (``real``, ``(B, T)``, ``False``).
 
     Example:
         >>> q, k = torch.ones(1, 1, 2, 4), torch.ones(1, 1, 6, 4)
@@ -97,6 +106,9 @@ def tile_scores(q: torch.Tensor, keys: torch.Tensor, q_start: int,
         rows = torch.arange(q_start, q_start + q.shape[2], device=q.device)
         cols = torch.arange(k_start, k_start + k.shape[2], device=q.device)
         scores = scores.masked_fill(cols > rows[:, None], -torch.inf)
+    if real is not None:  # padded keys: hidden from every query
+        padded = ~real[:, None, None, k_start:k_start + k.shape[2]]  # B,1,1,T_k
+        scores = scores.masked_fill(padded, -torch.inf)
     return scores
 
 
@@ -106,11 +118,13 @@ class TiledAttention(torch.autograd.Function):
     The forward pass saves the inputs, the output ``O`` and one log-sum-exp per query row,
     ``L_i = m_i + log(l_i)``; the backward recomputes each tile's probabilities
     ``P = exp(S - L)`` from them instead of keeping every tile's intermediates, and skips the same
-    causal tiles. Call it through :func:`tiled_attention`, which checks the arguments.
+    causal tiles. A row that sees no key gets ``O = 0`` and ``L = +inf``, so that its ``P`` is 0
+    (FlashAttention-2's rule). Both passes loop over blocks of queries outside and blocks of keys
+    inside. Call it through :func:`tiled_attention`, which checks the arguments.
     """
 
     @staticmethod
-    def forward(ctx, queries, keys, values, block_size, causal):
+    def forward(ctx, queries, keys, values, block_size, causal, real):
         dtype = score_dtype(queries.dtype)  # float32 for half precision
         q_all, k_all, v_all = (t.to(dtype) for t in (queries, keys, values))
         batch, heads, num_tokens, _ = queries.shape
@@ -124,7 +138,8 @@ class TiledAttention(torch.autograd.Function):
             acc = q.new_zeros(*q.shape[:-1], values.shape[-1])  # (B, h, T_b, d_v)
             for k_start in key_starts(q_start, q_start + q.shape[2], num_tokens,
                                       block_size, causal):  # one tile
-                scores = tile_scores(q, k_all, q_start, k_start, block_size, causal)
+                scores = tile_scores(q, k_all, q_start, k_start, block_size,
+                                     causal, real)
                 v = v_all[:, :, k_start:k_start + block_size]  # (B, h, T_b, d_v)
                 new_max = torch.maximum(row_max, scores.amax(-1, keepdim=True))
                 # A row masked whole so far keeps max -inf: subtract 0 there,
@@ -135,17 +150,20 @@ class TiledAttention(torch.autograd.Function):
                 row_sum = row_sum * rescale + weights.sum(-1, keepdim=True)
                 acc = acc * rescale + weights @ v  # (B, h, T_b, d_v)
                 row_max = new_max
-            out[:, :, rows] = acc / row_sum  # softmax @ values, this block
-            lse[:, :, rows] = row_max + torch.log(row_sum)  # log sum_j e^s_ij
+            # No key seen: sum 0, acc 0; output 0, not 0/0, and L = +inf (P = 0)
+            empty = row_sum == 0  # (B, h, T_b, 1)
+            out[:, :, rows] = acc / row_sum.masked_fill(empty, 1.0)  # softmax @ V
+            lse[:, :, rows] = (row_max + torch.log(row_sum)).masked_fill(
+                empty, torch.inf)  # log sum_j e^s_ij
         ctx.save_for_backward(queries, keys, values, out, lse)
-        ctx.block_size, ctx.causal = block_size, causal
+        ctx.block_size, ctx.causal, ctx.real = block_size, causal, real
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out):
         queries, keys, values, out, lse = ctx.saved_tensors
-        block_size, causal = ctx.block_size, ctx.causal
+        block_size, causal, real = ctx.block_size, ctx.causal, ctx.real
         num_tokens = queries.shape[2]
         q_all, k_all, v_all, d_out = (t.to(lse.dtype)
                                       for t in (queries, keys, values, grad_out))
@@ -159,7 +177,8 @@ class TiledAttention(torch.autograd.Function):
             for k_start in key_starts(q_start, q_start + q.shape[2], num_tokens,
                                       block_size, causal):  # the same tiles
                 cols = slice(k_start, k_start + block_size)
-                scores = tile_scores(q, k_all, q_start, k_start, block_size, causal)
+                scores = tile_scores(q, k_all, q_start, k_start, block_size,
+                                     causal, real)
                 p = torch.exp(scores - lse[:, :, rows])  # P recomputed from L
                 dv[:, :, cols] += p.transpose(2, 3) @ do  # dV = P^T dO
                 dp = do @ v_all[:, :, cols].transpose(2, 3)  # dP = dO V^T
@@ -167,7 +186,7 @@ class TiledAttention(torch.autograd.Function):
                 dq[:, :, rows] += ds @ k_all[:, :, cols]  # dQ = dS K
                 dk[:, :, cols] += ds.transpose(2, 3) @ q  # dK = dS^T Q
         return (dq.to(queries.dtype), dk.to(keys.dtype), dv.to(values.dtype),
-                None, None)
+                None, None, None)
 
 
 #: What the causal loop does with a tile (see :func:`tile_kind`).
@@ -238,7 +257,10 @@ class TiledMultiHeadAttention(MultiHeadAttention):
     ``block_size``; the projections, the merge of the heads and the output projection are its own.
     The loop applies no dropout, so a module with ``dropout > 0`` runs only in eval mode.
     ``tiled = False`` runs :class:`MultiHeadAttention`'s explicit computation instead, and
-    ``attention_weights`` always does, since the loop never holds the weights whole.
+    ``attention_weights`` always does, since the loop never holds the weights whole. ``forward(x,
+    attention_mask)`` takes the padding mask of :class:`MultiHeadAttention`, with the same rule for a
+    query that sees no key (output ``out_proj``'s bias, gradients 0). Made from a trained
+    ``MultiHeadAttention`` by :meth:`from_multihead`.
 
     Example:
         >>> mha = MultiHeadAttention(3, 4, 6, dropout=0.0, num_heads=2)
@@ -256,11 +278,12 @@ class TiledMultiHeadAttention(MultiHeadAttention):
         self.block_size = validate_positive_int(
             "block_size", block_size, hint="It is how many queries and keys one tile holds, e.g. block_size=64.")
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attention_mask=None) -> torch.Tensor:
         """(B, T, d_in) -> (B, T, d_out): the projections around the tiled loop."""
         if not self.tiled:  # the explicit computation, for comparison
-            return super().forward(x)
-        validate_input(x, self.d_in, self.context_length, like=self.W_query.weight)
+            return super().forward(x, attention_mask)
+        validate_input(x, self.d_in, self.context_length, like=self.W_query.weight,
+                       attention_mask=attention_mask)
         if self.training and self.dropout.p > 0:
             raise RuntimeError(
                 f"TiledMultiHeadAttention applies no dropout, but this module has dropout={self.dropout.p} "
@@ -269,7 +292,8 @@ class TiledMultiHeadAttention(MultiHeadAttention):
         queries = split_heads(self.W_query(x), h)  # (B, h, T, d_h)
         keys = split_heads(self.W_key(x), h)  # (B, h, T, d_h)
         values = split_heads(self.W_value(x), h)  # (B, h, T, d_h)
-        context = tiled_attention(queries, keys, values, self.block_size)  # (B, h, T, d_h)
+        context = tiled_attention(queries, keys, values, self.block_size,
+                                  attention_mask=attention_mask)  # (B, h, T, d_h)
         return self.out_proj(merge_heads(context))  # (B, T, d_out)
 
     @torch.no_grad()
@@ -289,3 +313,24 @@ class TiledMultiHeadAttention(MultiHeadAttention):
             return captured_attention_weights(self, x)
         finally:
             self.tiled = tiled
+
+    @classmethod
+    @torch.no_grad()
+    def from_multihead(cls, mha: MultiHeadAttention, block_size: int = 64) -> TiledMultiHeadAttention:
+        """A ``TiledMultiHeadAttention`` with ``mha``'s weights, device, dtype and training mode.
+
+        The two share a ``state_dict``, so it is loaded as it is; ``block_size`` is the new module's.
+
+        Raises:
+            TypeError: if ``mha`` is not a ``MultiHeadAttention``; for a module that converts to one,
+                the message gives the call that does.
+        """
+        error = not_a_multihead(mha, "TiledMultiHeadAttention.from_multihead", ", block_size")
+        if error:
+            raise error
+        weight = mha.W_query.weight
+        tiled = cls(mha.d_in, mha.d_out, mha.context_length, mha.dropout.p, mha.num_heads,
+                    qkv_bias=mha.W_query.bias is not None, block_size=block_size)
+        tiled = tiled.to(device=weight.device, dtype=weight.dtype)
+        tiled.load_state_dict(mha.state_dict())
+        return tiled.train(mha.training)

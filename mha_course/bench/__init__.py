@@ -25,7 +25,15 @@ The package, one concern per module:
   across sequence lengths x numbers of heads at one model width, with the processor's cache sizes;
   :mod:`~mha_course.bench.heads_map_results` reads its results back;
 * :mod:`~mha_course.bench.tiled` - ``bench --tiled`` (chapter 7): peak memory and time of attention
-  with the explicit scores, the tiled loop and the fused kernel, against the length.
+  with the explicit scores, the tiled loop and the fused kernel, against the length;
+* :mod:`~mha_course.bench.grouped` - ``bench --grouped`` (chapters 6 and 8): ``GroupedQueryAttention``
+  on the fused kernel beside transformers' ``LlamaAttention`` and beside the fast path.
+* :mod:`~mha_course.bench.latent` - ``bench --latent`` (chapter 10): one decoded token of latent
+  attention, expanded and absorbed, against grouped-query attention with the same cache, up to 16k
+  cached tokens.
+* :mod:`~mha_course.bench.deltanet` - ``bench --deltanet`` (chapter 12): a prompt through the gated
+  delta rule (chunked and recurrent) and softmax attention up to 16k tokens, and one decoded token
+  with a key/value cache against Gated DeltaNet's fixed state.
 
 The implementations themselves, and how to add one, are in :mod:`mha_course.implementations`.
 Importing this package, and reading results, works on any operating system.
@@ -33,13 +41,20 @@ Importing this package, and reading results, works on any operating system.
 
 from ..implementations import IMPLEMENTATIONS, Implementation, build_implementations
 from .decode import decode_steps, run_decode_benchmark
+from .deltanet import (DELTANET_CONFIGS, DeltaNetSettings, crossing, deltanet_rows, deltanet_summary,
+                       deltanet_tables, run_deltanet_benchmark)
 from .decode_results import DECODE_IMPLEMENTATIONS, DECODE_MODE, decode_rows, decode_summary, decode_table
 from .files import write_results
+from .grouped import (GROUPED_CONFIGS, GROUPED_IMPLEMENTATIONS, GroupedSettings, grouped_pairs, grouped_summary,
+                      grouped_table, run_grouped_benchmark)
 from .heads_map import run_heads_map
 from .heads_map_results import (HEADS_MAP, HEADS_MAP_IMPLEMENTATIONS, heads_map_cells, heads_map_summary,
                                 heads_map_table)
 from .machine import MachineState, cache_sizes, matmul_ceiling, stability_warnings
-from .plots import plot_decode, plot_heads_map, plot_relative_times, plot_results, plot_tiled
+from .latent import (LATENT_CONFIGS, LATENT_IMPLEMENTATIONS, LatentSettings, latent_rows, latent_summary,
+                     latent_table, run_latent_benchmark)
+from .plots import (plot_decode, plot_deltanet, plot_heads_map, plot_latent, plot_relative_times, plot_results,
+                    plot_tiled)
 from .results import (BASELINES, FORMAT_VERSION, add_ratios, compare_times, load_results, lookup, results_table,
                       select, summary)
 from .run import run_benchmark
@@ -62,4 +77,10 @@ __all__ = [
     "heads_map_table", "heads_map_summary", "plot_heads_map", "cache_sizes",
     "TiledSettings", "TILED_CONFIGS", "TILED_IMPLEMENTATIONS", "run_tiled_benchmark",
     "tiled_rows", "tiled_table", "tiled_summary", "plot_tiled",
+    "GroupedSettings", "GROUPED_CONFIGS", "GROUPED_IMPLEMENTATIONS", "run_grouped_benchmark", "grouped_pairs",
+    "grouped_table", "grouped_summary",
+    "LatentSettings", "LATENT_CONFIGS", "LATENT_IMPLEMENTATIONS", "run_latent_benchmark", "latent_rows",
+    "latent_table", "latent_summary", "plot_latent",
+    "DeltaNetSettings", "DELTANET_CONFIGS", "run_deltanet_benchmark", "deltanet_rows", "deltanet_tables",
+    "deltanet_summary", "crossing", "plot_deltanet",
 ]

@@ -10,8 +10,11 @@ import csv
 import json
 from pathlib import Path
 
-from .plots import save_decode_plot, save_heads_map_plot, save_plot, save_tiled_plot
-from .results import CSV_FIELDS, DECODE_CSV_FIELDS, HEADS_MAP_CSV_FIELDS, TILED_CSV_FIELDS, results_stem
+from .plots import (save_decode_plot, save_deltanet_plot, save_heads_map_plot, save_latent_plot, save_plot,
+                    save_tiled_plot)
+from .results import (CSV_FIELDS, DECODE_CSV_FIELDS, DELTANET_CSV_FIELDS, GROUPED_CSV_FIELDS, HEADS_MAP_CSV_FIELDS,
+                      LATENT_CSV_FIELDS, TILED_CSV_FIELDS,
+                      results_stem)
 
 
 def write_results(results: dict, out_dir, label: str | None = None, plot: bool = True) -> list[Path]:
@@ -19,8 +22,11 @@ def write_results(results: dict, out_dir, label: str | None = None, plot: bool =
 
     A decoding run (``results["meta"]["benchmark"] == "decode"``) is written as
     ``bench-decode-DEVICE[-LABEL]``, a heads map (``"heads-map"``) as
-    ``bench-heads-map-DEVICE[-LABEL]`` and a tiled run (``"tiled"``) as
-    ``bench-tiled-DEVICE[-LABEL]``, each with its own CSV columns and figure.
+    ``bench-heads-map-DEVICE[-LABEL]``, a tiled run (``"tiled"``) as
+    ``bench-tiled-DEVICE[-LABEL]``, a latent run (``"latent"``) as ``bench-latent-DEVICE[-LABEL]`` and a
+    state run (``"deltanet"``) as ``bench-deltanet-DEVICE[-LABEL]``, each with its own CSV columns and
+    figure; a grouped run (``"grouped"``) as ``bench-grouped-DEVICE[-LABEL]``, without a figure (its table
+    says it all).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -30,13 +36,15 @@ def write_results(results: dict, out_dir, label: str | None = None, plot: bool =
     paths[0].write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     with paths[1].open("w", newline="", encoding="utf-8") as handle:
         fields = {"decode": DECODE_CSV_FIELDS, "heads-map": HEADS_MAP_CSV_FIELDS,
-                  "tiled": TILED_CSV_FIELDS}.get(benchmark, CSV_FIELDS)
+                  "tiled": TILED_CSV_FIELDS, "grouped": GROUPED_CSV_FIELDS,
+                  "latent": LATENT_CSV_FIELDS, "deltanet": DELTANET_CSV_FIELDS}.get(benchmark, CSV_FIELDS)
         writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         for row in results["rows"]:
             writer.writerow(row)
-    if plot:
+    if plot and benchmark != "grouped":
         save = {"decode": save_decode_plot, "heads-map": save_heads_map_plot,
-                "tiled": save_tiled_plot}.get(benchmark, save_plot)
+                "tiled": save_tiled_plot, "latent": save_latent_plot,
+                "deltanet": save_deltanet_plot}.get(benchmark, save_plot)
         paths.append(save(results, out_dir / f"{stem}.png"))
     return paths

@@ -27,6 +27,7 @@ import torch
 from ..data import random_batch
 from .sizes import BenchConfig
 from .steps import MODES, build_for, make_step
+from .deltanet_steps import prompt_calls
 from .tiled_steps import tiled_calls
 
 # ru_maxrss is in kilobytes on Linux and in bytes on macOS.
@@ -106,7 +107,8 @@ class CpuMemoryProbe:
 
     def measure(self, config: BenchConfig, name: str, mode: str, threads: int, calls: int, **request) -> dict:
         """The peak memory of one call; a ``benchmark="tiled"`` request goes to
-        :func:`tiled_memory_child` with the rest of ``request``."""
+        :func:`tiled_memory_child` with the rest of ``request``, a ``benchmark="deltanet"`` one to
+        :func:`deltanet_memory_child`."""
         request = {"config": asdict(config), "name": name, "mode": mode, "threads": threads, "calls": calls,
                    **request}
         self._server.stdin.write(json.dumps(request) + "\n")
@@ -141,10 +143,23 @@ def tiled_memory_child(config: BenchConfig, name: str, mode: str, threads: int, 
     return first_call_peak(lambda: step())
 
 
+def deltanet_memory_child(config: BenchConfig, name: str, mode: str, threads: int, calls: int) -> dict:
+    """Runs in a fresh child process of the memory server: the peak memory of one prompt call of ``name``
+    (``bench --deltanet``)."""
+    torch.set_num_threads(threads)
+    tiny = BenchConfig("warm-up", 1, 70, 8, 1, 8, "")
+    prompt_calls(tiny)[name]()  # loads the code paths once, as the main benchmark does
+    step = prompt_calls(config)[name]
+    return first_call_peak(lambda: step())
+
+
 def _child_for(request: dict):
     """The function that measures ``request`` (the ``benchmark`` key, if any, is taken out)."""
-    if request.pop("benchmark", None) == "tiled":
+    benchmark = request.pop("benchmark", None)
+    if benchmark == "tiled":
         return tiled_memory_child
+    if benchmark == "deltanet":
+        return deltanet_memory_child
     return _cpu_memory_child
 
 

@@ -321,6 +321,100 @@ def plot_tiled(results: dict):
     return fig
 
 
+def plot_latent(results: dict):
+    """Median time of one decoded token (left) and the cache held (right) against the cached tokens,
+    for the four ways of a latent run (log-log).
+
+    Example:
+        >>> from mha_course.bench.latent import LATENT_IMPLEMENTATIONS
+        >>> rows = [{"config": f"latent-{s}", "implementation": n, "mode": "latent-decode", "num_tokens": s,
+        ...          "median_s": 1e-6 * s * (i + 1), "cache_bytes": 100 * s} for s in (256, 1024)
+        ...         for i, n in enumerate(LATENT_IMPLEMENTATIONS)]
+        >>> plot_latent({"rows": rows}).axes[0].get_legend_handles_labels()[1]
+        ['multi-head', 'grouped-query', 'latent, expanded', 'latent, absorbed']
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    from ..plots import book_figsize, house_style, line_style
+    from ..tables import format_bytes
+    from .latent import LATENT_IMPLEMENTATIONS, latent_rows
+
+    labels = dict(zip(LATENT_IMPLEMENTATIONS, ["multi-head", "grouped-query", "latent, expanded", "latent, absorbed"]))
+    by_name = latent_rows(results)
+    with house_style():
+        fig, (time, cache) = plt.subplots(1, 2, figsize=book_figsize(1.0, aspect=0.5), layout="constrained")
+        for index, name in enumerate(LATENT_IMPLEMENTATIONS):
+            rows = by_name[name]
+            tokens = [r["num_tokens"] for r in rows]
+            style = dict(label=labels[name], lw=1.8, markersize=4.5, **line_style(index))
+            time.plot(tokens, [r["median_s"] * 1e3 for r in rows], **style)
+            cache.plot(tokens, [r["cache_bytes"] for r in rows], **style)
+        ticks = [r["num_tokens"] for r in by_name["latent"]]
+        for ax, ylabel in ((time, "median time of one token (ms)"), (cache, "cache held")):
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xticks(ticks, [f"{t // 1024}k" if t >= 1024 else str(t) for t in ticks])
+            ax.minorticks_off()
+            ax.set_xlabel("cached tokens S")
+            ax.set_ylabel(ylabel)
+            ax.grid(True, which="major", alpha=0.3)
+        time.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        cache.yaxis.set_major_formatter(FuncFormatter(lambda value, _: format_bytes(value)))
+        handles, names = time.get_legend_handles_labels()
+        fig.legend(handles, names, loc="outside lower center", ncol=4, frameon=False, handlelength=2.6)
+    return fig
+
+
+def plot_deltanet(results: dict):
+    """A state run, log-log: a prompt's median time against its length for the chunked and recurrent forms
+    of the gated delta rule and for softmax attention's fused kernel (left), and one decoded token's
+    median time against the tokens before it, with a key/value cache and with Gated DeltaNet's state
+    (right).
+
+    Example:
+        >>> rows = [{"implementation": n, "mode": "deltanet-prompt", "num_tokens": t, "median_s": f * t}
+        ...         for t in (256, 1024) for n, f in (("chunked", 1), ("recurrent", 4), ("sdpa", 2))]
+        >>> rows += [{"implementation": n, "mode": "deltanet-decode", "num_tokens": t, "median_s": f}
+        ...          for t in (16, 64) for n, f in (("kv_cache", t), ("state", 30))]
+        >>> fig = plot_deltanet({"rows": rows})
+        >>> [ax.get_legend_handles_labels()[1] for ax in fig.axes]
+        [['chunked form', 'recurrent form', 'softmax attention (SDPA)'], ['key/value cache', 'fixed state']]
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    from ..plots import OKABE_ITO, book_figsize, house_style
+    from .deltanet import deltanet_rows
+    from .deltanet_steps import DECODE_MODE, PROMPT_MODE
+
+    panels = ((PROMPT_MODE, {"chunked": "chunked form", "recurrent": "recurrent form",
+                             "sdpa": "softmax attention (SDPA)"}, "prompt of T tokens", "median time (ms)"),
+              (DECODE_MODE, {"kv_cache": "key/value cache", "state": "fixed state"}, "token T decoded",
+               "median time per token (ms)"))
+    markers, dashes = ("o", "s", "^"), ("-", "--", ":")
+    with house_style():
+        fig, axes = plt.subplots(1, 2, figsize=book_figsize(1.0, aspect=0.5), layout="constrained")
+        for ax, (mode, labels, xlabel, ylabel) in zip(axes, panels):
+            by_name = deltanet_rows(results, mode)
+            for index, (name, label) in enumerate(labels.items()):
+                rows = by_name[name]
+                colour = OKABE_ITO[index if mode == PROMPT_MODE else index + 3]
+                ax.plot([r["num_tokens"] for r in rows], [r["median_s"] * 1e3 for r in rows], color=colour,
+                        marker=markers[index], linestyle=dashes[index], lw=1.8, label=label)
+            ticks = [r["num_tokens"] for r in next(iter(by_name.values()))]
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xticks(ticks, [f"{t // 1024}k" if t >= 1024 else str(t) for t in ticks])
+            ax.minorticks_off()
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(ylabel)
+            ax.grid(True, which="major", alpha=0.3)
+            ax.legend(loc="upper left", frameon=False)
+    return fig
+
+
 def _save(figure, path) -> Path:
     import matplotlib.pyplot as plt
 
@@ -350,3 +444,13 @@ def save_heads_map_plot(results: dict, path) -> Path:
 def save_tiled_plot(results: dict, path) -> Path:
     """Draw :func:`plot_tiled`, save it as ``path`` (PNG) and close it; return the path."""
     return _save(plot_tiled(results), path)
+
+
+def save_latent_plot(results: dict, path) -> Path:
+    """Draw :func:`plot_latent`, save it as ``path`` (PNG) and close it; return the path."""
+    return _save(plot_latent(results), path)
+
+
+def save_deltanet_plot(results: dict, path) -> Path:
+    """Draw :func:`plot_deltanet`, save it as ``path`` (PNG) and close it; return the path."""
+    return _save(plot_deltanet(results), path)

@@ -66,6 +66,20 @@ TILED_CSV_FIELDS = ["config", "implementation", "mode", "num_tokens", "median_s"
                     "score_bytes", "saved_bytes", "peak_bytes", "multiply_adds", "flops_per_s", "ceiling_fraction", "max_abs_diff"]
 
 
+#: The CSV columns of a grouped run (``bench --grouped``, ``meta.benchmark == "grouped"``).
+GROUPED_CSV_FIELDS = ["config", "implementation", "mode", "num_tokens", "num_cached", "num_kv_groups", "reference",
+                      "median_s", "iqr_s", "runs", "vs_reference", "multiply_adds", "flops_per_s", "ceiling_fraction",
+                      "max_abs_diff"]
+
+#: The CSV columns of a latent run (``bench --latent``, ``meta.benchmark == "latent"``).
+LATENT_CSV_FIELDS = ["config", "implementation", "mode", "num_tokens", "median_s", "iqr_s", "runs", "vs_grouped_query",
+                     "cache_bytes", "multiply_adds", "flops_per_s", "ceiling_fraction", "max_abs_diff"]
+
+#: The CSV columns of a state run (``bench --deltanet``, ``meta.benchmark == "deltanet"``).
+DELTANET_CSV_FIELDS = ["config", "implementation", "mode", "num_tokens", "median_s", "iqr_s", "runs", "vs_sdpa",
+                       "vs_kv_cache", "peak_bytes", "cache_bytes", "max_abs_diff"]
+
+
 def results_stem(device: str, label: str | None = None, benchmark: str | None = None) -> str:
     """File name stem of a results file: ``bench-cpu``, ``bench-cuda-quick``, ``bench-decode-cpu``, ..."""
     return "bench-" + (f"{benchmark}-" if benchmark else "") + device + (f"-{label}" if label else "")

@@ -60,6 +60,36 @@ def saved_tensor_bytes(call) -> int:
     return sum(storages.values())
 
 
+class _Conversions(torch.overrides.TorchFunctionMode):
+    """Adds up the bytes of every tensor that ``Tensor.to`` makes in another dtype while it is active."""
+
+    def __init__(self):
+        super().__init__()
+        self.bytes = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        source = args[0] if args else None
+        if (func is torch.Tensor.to and isinstance(result, torch.Tensor) and isinstance(source, torch.Tensor)
+                and result.dtype != source.dtype):
+            self.bytes += result.nbytes
+        return result
+
+
+def conversion_bytes(call) -> int:
+    """The bytes of the copies in another dtype (``Tensor.to``) that ``call()`` makes: for half-precision
+    inputs, what :func:`~mha_course.tiled_attention` holds in float32 beside them.
+
+    Example:
+        >>> x = torch.ones(256, dtype=torch.bfloat16)  # 512 bytes
+        >>> conversion_bytes(lambda: x.to(torch.float32) + x.to(torch.bfloat16))  # one new float32 copy
+        1024
+    """
+    with _Conversions() as counter:
+        call()
+    return counter.bytes
+
+
 def tiled_inputs(config: BenchConfig, device="cpu", seed: int = 1):
     """Seeded queries, keys and values ``(B, h, T, d_h)`` of one size."""
     g = torch.Generator().manual_seed(seed)

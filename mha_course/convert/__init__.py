@@ -3,13 +3,18 @@
 * :mod:`.pytorch` - to and from ``torch.nn.MultiheadAttention``, between the course's own classes, and
   the fused kernel ``scaled_dot_product_attention`` side by side with the course's modules (chapters 3-4);
 * :mod:`.transformers` - the course's modules built from transformers' attention layers, computing what
-  those layers compute (chapter 8); transformers is imported only when a conversion runs.
+  those layers compute (chapter 8); transformers is imported only when a conversion runs;
+* :mod:`.deepseek` - multi-head latent attention built from DeepSeek-V3's layer in transformers (chapter 10);
+* :mod:`.qwen3_next` - the course's Gated DeltaNet built from Qwen3-Next's layer (chapter 12).
 """
 
+from .deepseek import from_deepseek_v3_attention
+from .qwen3_next import from_qwen3_next_gated_deltanet
 from .pytorch import from_torch_multihead, sdpa_forward, to_torch_multihead, torch_multihead_forward
 from .transformers import UnsupportedConfigError, from_gpt2_attention, from_llama_attention
 
 __all__ = [
     "from_torch_multihead", "to_torch_multihead", "sdpa_forward", "torch_multihead_forward",
-    "from_gpt2_attention", "from_llama_attention", "UnsupportedConfigError",
+    "from_gpt2_attention", "from_llama_attention", "UnsupportedConfigError", "from_deepseek_v3_attention",
+    "from_qwen3_next_gated_deltanet",
 ]

@@ -5,13 +5,10 @@ These helpers let a reader (and the tests) check that :class:`MultiHeadAttention
 when they are given the same weights, and convert between the course's module and PyTorch's in
 both directions (:func:`to_torch_multihead`, :func:`from_torch_multihead`).
 
-The conversions between the course's own classes live here too, in both directions, and each
-class offers them as a classmethod (``MultiHeadAttention.from_wrapper``,
-``MultiHeadAttention.from_fast``, ``FastMultiHeadAttention.from_multihead``,
-``GroupedQueryAttention.from_multihead``, ``TiledMultiHeadAttention.from_multihead``). The
-classmethods are attached at the end of this module rather than written in the classes, so that the module of each class imports no other attention
-module that could import it back: the package's imports hold no circle (``tests/test_layers.py``),
-and the class the book shows is its constructor and ``forward``.
+The conversions between the course's own classes are classmethods of the class they build, written
+in its module (``MultiHeadAttention.from_wrapper`` and ``from_fast``,
+``FastMultiHeadAttention.from_multihead``, ``GroupedQueryAttention.from_multihead``,
+``TiledMultiHeadAttention.from_multihead``).
 """
 
 from __future__ import annotations
@@ -21,13 +18,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention._validation import validate_dropout, validate_input, validate_positive_int
-from ..attention.fast import FastMultiHeadAttention
-from ..attention.grouped_query import GroupedQueryAttention
 from ..attention.heads import merge_heads, split_heads, stack_qkv, unstack_qkv
 from ..attention.masking import causal_mask
-from ..attention.multihead import MultiHeadAttention, transfer_weights
-from ..attention.tiled import TiledMultiHeadAttention
-from ..attention.wrapper import MultiHeadAttentionWrapper
+from ..attention.multihead import MultiHeadAttention
 
 
 def _require_mha(module) -> MultiHeadAttention:
@@ -231,198 +224,3 @@ def from_torch_multihead(
     else:
         mha.out_proj.bias.copy_(torch_mha.out_proj.bias)
     return mha.train(torch_mha.training)
-
-
-# --- The course's own classes, converted into one another ---------------------------------------------
-
-
-def _multihead_from_wrapper(cls, wrapper: MultiHeadAttentionWrapper) -> MultiHeadAttention:
-    """A ``MultiHeadAttention`` that computes what ``wrapper`` does.
-
-    Its ``d_out`` is ``wrapper.num_heads * wrapper.d_out`` (the wrapper's ``d_out`` is per head); it
-    has the wrapper's dropout, bias setting, device, dtype and training mode, and weights copied by
-    :func:`transfer_weights`.
-
-    Example:
-        >>> wrapper = MultiHeadAttentionWrapper(3, 2, 6, 0.0, 2)
-        >>> mha = MultiHeadAttention.from_wrapper(wrapper)
-        >>> x = torch.rand(2, 6, 3)
-        >>> mha.d_out, torch.allclose(mha(x), wrapper(x), atol=1e-6)
-        (4, True)
-    """
-    if not isinstance(wrapper, MultiHeadAttentionWrapper):
-        hint = (" For a FastMultiHeadAttention use MultiHeadAttention.from_fast(fast)."
-                if isinstance(wrapper, FastMultiHeadAttention) else "")
-        raise TypeError(f"wrapper must be a MultiHeadAttentionWrapper, got {type(wrapper).__name__}.{hint}")
-    first = wrapper.heads[0]
-    mha = cls(wrapper.d_in, wrapper.num_heads * wrapper.d_out, wrapper.context_length, first.dropout.p,
-              wrapper.num_heads, qkv_bias=first.W_query.bias is not None)
-    weight = first.W_query.weight
-    mha = mha.to(device=weight.device, dtype=weight.dtype)
-    return transfer_weights(wrapper, mha).train(wrapper.training)
-
-
-@torch.no_grad()
-def _multihead_from_fast(cls, fast: FastMultiHeadAttention) -> MultiHeadAttention:
-    """A ``MultiHeadAttention`` that computes what ``fast`` does.
-
-    The inverse of :meth:`FastMultiHeadAttention.from_multihead`: the fused ``qkv`` weight (and
-    bias) of a ``FastMultiHeadAttention`` is cut back into the query, key and value projections;
-    the output projection, the dropout probability, device, dtype and training mode are copied.
-
-    Example:
-        >>> fast = FastMultiHeadAttention(3, 4, 6, 0.0, num_heads=2)
-        >>> mha = MultiHeadAttention.from_fast(fast)
-        >>> x = torch.rand(2, 6, 3)
-        >>> torch.allclose(mha(x), fast(x), atol=1e-6)
-        True
-    """
-    if not isinstance(fast, FastMultiHeadAttention):
-        hint = (" For a wrapper use MultiHeadAttention.from_wrapper(wrapper)."
-                if isinstance(fast, MultiHeadAttentionWrapper) else "")
-        raise TypeError(f"fast must be a FastMultiHeadAttention, got {type(fast).__name__}.{hint}")
-    weight = fast.qkv.weight
-    mha = cls(
-        fast.d_in, fast.d_out, fast.context_length, fast.dropout.p,
-        fast.num_heads, qkv_bias=fast.qkv.bias is not None,
-    ).to(device=weight.device, dtype=weight.dtype)
-    weights, biases = unstack_qkv(fast.qkv.weight), unstack_qkv(fast.qkv.bias)
-    for linear, w, b in zip((mha.W_query, mha.W_key, mha.W_value), weights, biases, strict=True):
-        linear.weight.copy_(w)
-        if b is not None:
-            linear.bias.copy_(b)
-    mha.out_proj.load_state_dict(fast.out_proj.state_dict())
-    return mha.train(fast.training)
-
-
-def _not_a_multihead(mha, name: str, rest: str = "") -> TypeError:
-    """The error for a conversion from ``MultiHeadAttention`` given something else, with the fitting hint.
-
-    ``name`` is the conversion called and ``rest`` its further arguments, for the call the hint shows.
-    """
-    got = type(mha).__name__
-    if isinstance(mha, MultiHeadAttentionWrapper):
-        hint = f" Convert it first: {name}(MultiHeadAttention.from_wrapper(wrapper){rest})."
-    elif isinstance(mha, FastMultiHeadAttention):
-        hint = f" Convert it first: {name}(MultiHeadAttention.from_fast(fast){rest})."
-    elif isinstance(mha, GroupedQueryAttention):
-        hint = (" It already shares key/value heads; build a new GroupedQueryAttention with the "
-                "num_kv_groups you want, or start from the MultiHeadAttention it was made from.")
-    elif isinstance(mha, nn.MultiheadAttention):
-        hint = f" Convert it first: {name}(from_torch_multihead(torch_mha, context_length){rest})."
-    else:
-        hint = ""
-    return TypeError(f"mha must be a MultiHeadAttention, got {got}.{hint}")
-
-
-@torch.no_grad()
-def _fast_from_multihead(cls, mha: MultiHeadAttention) -> FastMultiHeadAttention:
-    """A ``FastMultiHeadAttention`` that computes what ``mha`` does.
-
-    The query, key and value weights (and biases) are stacked into ``qkv``; the output projection
-    and the dropout probability are copied; device, dtype and training mode follow ``mha``.
-
-    Example:
-        >>> mha = MultiHeadAttention(3, 4, 6, dropout=0.0, num_heads=2)
-        >>> fast = FastMultiHeadAttention.from_multihead(mha)
-        >>> x = torch.rand(2, 6, 3)
-        >>> torch.allclose(fast(x), mha(x), atol=1e-6)
-        True
-    """
-    if not isinstance(mha, MultiHeadAttention):
-        raise _not_a_multihead(mha, "FastMultiHeadAttention.from_multihead")
-    weight = mha.W_query.weight
-    fast = cls(
-        mha.d_in, mha.d_out, mha.context_length, mha.dropout.p,
-        mha.num_heads, qkv_bias=mha.W_query.bias is not None,
-    ).to(device=weight.device, dtype=weight.dtype)
-    fast.qkv.weight.copy_(stack_qkv(mha.W_query.weight, mha.W_key.weight, mha.W_value.weight))
-    if fast.qkv.bias is not None:
-        fast.qkv.bias.copy_(stack_qkv(mha.W_query.bias, mha.W_key.bias, mha.W_value.bias))
-    fast.out_proj.load_state_dict(mha.out_proj.state_dict())
-    return fast.train(mha.training)
-
-
-def _mean_per_group(
-    t: torch.Tensor, num_kv_groups: int, head_dim: int
-) -> torch.Tensor:
-    """Average the heads of each group: ``(h * d_h, ...) -> (g * d_h, ...)``.
-
-    ``t`` is a key or value projection's weight ``(h * d_h, d_in)`` or bias
-    ``(h * d_h,)``; group ``g`` is made of the consecutive heads ``g*r`` to
-    ``g*r + r - 1``.
-    """
-    rest = t.shape[1:]  # (d_in,) for a weight, () for a bias
-    grouped = t.reshape(num_kv_groups, -1, head_dim, *rest)  # (g, r, d_h, ...)
-    pooled = grouped.mean(dim=1)  # (g, d_h, ...): each group's mean head
-    return pooled.reshape(num_kv_groups * head_dim, *rest)  # (g * d_h, ...)
-
-
-@torch.no_grad()
-def _grouped_from_multihead(cls, mha: MultiHeadAttention, num_kv_groups: int) -> GroupedQueryAttention:
-    """A ``GroupedQueryAttention`` made from a trained ``MultiHeadAttention`` by mean-pooling.
-
-    The uptraining recipe of Ainslie et al. (2023): the query and output projections are copied;
-    the key (and value) head of each group is the mean of the key (and value) heads of the query
-    heads in that group. With ``num_kv_groups == mha.num_heads`` nothing is pooled and the result
-    computes exactly what ``mha`` computes; with fewer groups it approximates it, and a short
-    further training recovers most of the difference. Dropout, bias setting, device, dtype and
-    training mode follow ``mha``.
-
-    Example:
-        >>> mha = MultiHeadAttention(8, 8, context_length=6, dropout=0.0, num_heads=4)
-        >>> x = torch.rand(2, 6, 8)
-        >>> same = GroupedQueryAttention.from_multihead(mha, num_kv_groups=4)
-        >>> torch.allclose(same(x), mha(x), atol=1e-6)
-        True
-        >>> pooled = GroupedQueryAttention.from_multihead(mha, num_kv_groups=2)
-        >>> pooled.W_key.weight.shape  # 2 key heads of width 2, each the mean of two
-        torch.Size([4, 8])
-    """
-    if not isinstance(mha, MultiHeadAttention):
-        raise _not_a_multihead(mha, "GroupedQueryAttention.from_multihead", ", num_kv_groups")
-    weight = mha.W_query.weight
-    gqa = cls(
-        mha.d_in, mha.d_out, mha.context_length, mha.dropout.p, mha.num_heads, num_kv_groups,
-        qkv_bias=mha.W_query.bias is not None,
-    ).to(device=weight.device, dtype=weight.dtype)
-    gqa.W_query.load_state_dict(mha.W_query.state_dict())
-    gqa.out_proj.load_state_dict(mha.out_proj.state_dict())
-    for role in ("W_key", "W_value"):
-        source, target = getattr(mha, role), getattr(gqa, role)
-        target.weight.copy_(_mean_per_group(source.weight, gqa.num_kv_groups, gqa.head_dim))
-        if target.bias is not None:
-            target.bias.copy_(_mean_per_group(source.bias, gqa.num_kv_groups, gqa.head_dim))
-    return gqa.train(mha.training)
-
-
-@torch.no_grad()
-def _tiled_from_multihead(cls, mha: MultiHeadAttention, block_size: int = 64) -> TiledMultiHeadAttention:
-    """A ``TiledMultiHeadAttention`` with ``mha``'s weights, device, dtype and training mode.
-
-    The two share a ``state_dict``, so it is loaded as it is; ``block_size`` is the new module's.
-
-    Raises:
-        TypeError: if ``mha`` is not a ``MultiHeadAttention``; for a module that converts to one,
-            the message gives the call that does.
-    """
-    if not isinstance(mha, MultiHeadAttention):
-        raise _not_a_multihead(mha, "TiledMultiHeadAttention.from_multihead", ", block_size")
-    weight = mha.W_query.weight
-    tiled = cls(mha.d_in, mha.d_out, mha.context_length, mha.dropout.p, mha.num_heads,
-                qkv_bias=mha.W_query.bias is not None, block_size=block_size)
-    tiled = tiled.to(device=weight.device, dtype=weight.dtype)
-    tiled.load_state_dict(mha.state_dict())
-    return tiled.train(mha.training)
-
-def _attach(cls: type, name: str, conversion) -> None:
-    """Offer ``conversion`` as the classmethod ``cls.name``, documented and named as one."""
-    conversion.__name__, conversion.__qualname__ = name, f"{cls.__name__}.{name}"
-    setattr(cls, name, classmethod(conversion))
-
-
-_attach(MultiHeadAttention, "from_wrapper", _multihead_from_wrapper)
-_attach(MultiHeadAttention, "from_fast", _multihead_from_fast)
-_attach(FastMultiHeadAttention, "from_multihead", _fast_from_multihead)
-_attach(GroupedQueryAttention, "from_multihead", _grouped_from_multihead)
-_attach(TiledMultiHeadAttention, "from_multihead", _tiled_from_multihead)

@@ -48,7 +48,7 @@ class UnsupportedConfigError(ValueError):
     """
 
 
-def _transformers_class(module_path: str, name: str):
+def transformers_class(module_path: str, name: str):
     """Import ``name`` from transformers, or say how to install it."""
     try:
         module = importlib.import_module(module_path)
@@ -60,7 +60,8 @@ def _transformers_class(module_path: str, name: str):
     return getattr(module, name)
 
 
-def _require(attention, cls, function: str):
+def require_layer(attention, cls, function: str):
+    """Refuse anything but an instance of ``cls``, naming the class ``function`` converts."""
     if not isinstance(attention, cls):
         raise TypeError(
             f"attention must be a transformers {cls.__name__}, got {type(attention).__name__}. "
@@ -69,7 +70,8 @@ def _require(attention, cls, function: str):
         )
 
 
-def _unsupported(setting: str, value, why: str) -> UnsupportedConfigError:
+def unsupported(setting: str, value, why: str) -> UnsupportedConfigError:
+    """The error for a setting the course's modules cannot express: its name, its value, and why."""
     return UnsupportedConfigError(f"{setting}={value!r} is not supported: {why}")
 
 
@@ -106,20 +108,20 @@ def from_gpt2_attention(attention, context_length: int | None = None) -> MultiHe
         >>> mha.d_in, mha.num_heads, mha.context_length, mha.W_query.bias is not None
         (8, 2, 6, True)
     """
-    gpt2_attention = _transformers_class("transformers.models.gpt2.modeling_gpt2", "GPT2Attention")
-    _require(attention, gpt2_attention, "from_gpt2_attention")
+    gpt2_attention = transformers_class("transformers.models.gpt2.modeling_gpt2", "GPT2Attention")
+    require_layer(attention, gpt2_attention, "from_gpt2_attention")
     config = attention.config
     if attention.is_cross_attention:
-        raise _unsupported("is_cross_attention", True, "the course's modules attend within one "
+        raise unsupported("is_cross_attention", True, "the course's modules attend within one "
                            "sequence. Convert a self-attention layer (is_cross_attention=False).")
     if attention.reorder_and_upcast_attn:
-        raise _unsupported("reorder_and_upcast_attn", True, "that path computes the scores in "
+        raise unsupported("reorder_and_upcast_attn", True, "that path computes the scores in "
                            "float32 with the scale folded into the product, which the course's "
                            "modules do not. Convert a layer built with reorder_and_upcast_attn=False.")
     if attention.scaling != attention.head_dim**-0.5:
         setting, value = (("scale_attn_weights", False) if not attention.scale_attn_weights else
                           ("scale_attn_by_inverse_layer_idx", True))
-        raise _unsupported(setting, value, f"this layer (layer_idx={attention.layer_idx}) scales the "
+        raise unsupported(setting, value, f"this layer (layer_idx={attention.layer_idx}) scales the "
                            f"scores by {attention.scaling:.6g}, the course's modules by "
                            f"1/sqrt(head_dim) = {attention.head_dim**-0.5:.6g}. Build the GPT-2 config "
                            "with scale_attn_weights=True and scale_attn_by_inverse_layer_idx=False.")
@@ -154,16 +156,16 @@ def _llama_rotation(config) -> tuple[float, torch.Tensor]:
     parameters = getattr(config, "rope_parameters", None) or {}
     rope_type = parameters.get("rope_type", "default")
     if rope_type not in SUPPORTED_ROPE_TYPES:
-        raise _unsupported("rope_type", rope_type, "the course's RotaryEmbedding holds one set of "
+        raise unsupported("rope_type", rope_type, "the course's RotaryEmbedding holds one set of "
                            "frequencies and leaves cos and sin unscaled; the conversion carries over the rope "
                            f"types {' and '.join(repr(t) for t in SUPPORTED_ROPE_TYPES)}, which do, and no "
                            "other (some rescale cos and sin, or change the frequencies with the sequence's "
                            "length). Build the config with rope_parameters={'rope_type': 'default', "
                            "'rope_theta': ...} or Llama 3's 'llama3'.")
-    rotary_embedding = _transformers_class("transformers.models.llama.modeling_llama", "LlamaRotaryEmbedding")
+    rotary_embedding = transformers_class("transformers.models.llama.modeling_llama", "LlamaRotaryEmbedding")
     rotary = rotary_embedding(config)
     if rotary.attention_scaling != 1.0:
-        raise _unsupported("attention_scaling", rotary.attention_scaling, "the course's rotation does not "
+        raise unsupported("attention_scaling", rotary.attention_scaling, "the course's rotation does not "
                            "scale cos and sin.")
     return float(parameters.get("rope_theta", getattr(config, "rope_theta", 10000.0))), rotary.inv_freq.float()
 
@@ -210,17 +212,17 @@ def from_llama_attention(attention, context_length: int | None = None) -> Groupe
         >>> gqa.rotary
         RotaryEmbedding(head_dim=2, rope_theta=10000)
     """
-    llama_attention = _transformers_class("transformers.models.llama.modeling_llama", "LlamaAttention")
-    _require(attention, llama_attention, "from_llama_attention")
+    llama_attention = transformers_class("transformers.models.llama.modeling_llama", "LlamaAttention")
+    require_layer(attention, llama_attention, "from_llama_attention")
     config = attention.config
     hidden, num_heads, head_dim = config.hidden_size, config.num_attention_heads, attention.head_dim
     if num_heads * head_dim != hidden:
-        raise _unsupported("head_dim", head_dim, f"{num_heads} heads of width {head_dim} make "
+        raise unsupported("head_dim", head_dim, f"{num_heads} heads of width {head_dim} make "
                            f"{num_heads * head_dim}, not hidden_size={hidden}, and the course's output "
                            "projection maps the merged heads back to their own width. Build the config "
                            f"with head_dim={hidden // num_heads} (or leave it out).")
     if attention.scaling != head_dim**-0.5:
-        raise _unsupported("scaling", attention.scaling, "the course's modules scale the scores by "
+        raise unsupported("scaling", attention.scaling, "the course's modules scale the scores by "
                            f"1/sqrt(head_dim) = {head_dim**-0.5:.6g}.")
     rope_theta, inv_freq = _llama_rotation(config)
     q_proj = attention.q_proj

@@ -105,10 +105,11 @@ def _show_as_a_stub(cell) -> None:
 
 def _as_the_book_shows_it(cell) -> None:
     """Outputs cleared, and what the book hides hidden in Jupyter too: a cell the book removes
-    (``remove-cell``, its hidden assertions) is folded away, input and output; a cell whose input
-    the book folds (``hide-input``) or removes (``remove-input``) has its input folded. A
-    ``remove-input`` cell is a listing of the package's source: its output, that source, stays, so
-    the edition shows every listing before it is run."""
+    (``remove-cell``, its hidden assertions) or folds whole (``hide-cell``, an optional aside's code)
+    is folded away, input and output; a cell whose input the book folds (``hide-input``) or removes
+    (``remove-input``) has its input folded, and one whose output it folds (``hide-output``) its
+    output. A ``remove-input`` cell is a listing of the package's source: its output, that source,
+    stays, so the edition shows every listing before it is run."""
     tags = cell.metadata.get("tags", [])
     if "remove-input" not in tags:
         cell.outputs = []
@@ -118,10 +119,13 @@ def _as_the_book_shows_it(cell) -> None:
     cell.execution_count = None
     cell.metadata.pop("execution", None)
     jupyter = cell.metadata.get("jupyter", {})
-    if "remove-cell" in tags:
+    if {"remove-cell", "hide-cell"} & set(tags):
         jupyter.update(source_hidden=True, outputs_hidden=True)
-    elif {"hide-input", "remove-input"} & set(tags):
-        jupyter["source_hidden"] = True
+    else:
+        if {"hide-input", "remove-input"} & set(tags):
+            jupyter["source_hidden"] = True
+        if "hide-output" in tags:
+            jupyter["outputs_hidden"] = True
     if jupyter:
         cell.metadata["jupyter"] = jupyter
 

@@ -89,7 +89,7 @@ def check(exercise_id: str, answer: Any) -> CheckResult:
         >>> import torch
         >>> visibility_table = lambda n, device=None: torch.ones(n, n, dtype=torch.bool, device=device).tril()
         >>> result = check("1.1", visibility_table)  # doctest: +ELLIPSIS
-        ✗ 1.1: mask for a short sequence: expected row 0 = [False, True...] for build_causal_mask(...), got [True, False...]. You returned the visibility table (True where a token MAY look). The mask is its opposite: True where attention is forbidden, the future positions j > i.
+        ✗ 1.1: mask for a short sequence: expected row 1 (index [0]) = [False, True...] for build_causal_mask(...), got [True, False...]. You returned the visibility table (True where a token MAY look). The mask is its opposite: True where attention is forbidden, the future positions j > i.
         >>> result.mistake
         'visibility-table'
     """

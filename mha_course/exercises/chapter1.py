@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch.func import functional_call
 
@@ -11,8 +13,8 @@ from ..attention.masking import causal_mask, visibility
 from .framework import Check, Exercise, Mistake
 from .probes import (KEEP, batch, causality_check, connected_check, device_check, draw, error_on_device,
                      future_changed, matrices, probe_backward, probe_on_devices)
-from .records import (Failed, Recorder, dict_of, expect_close, expect_shape, format_shape, plain, same, seed_of,
-                      tensor_of)
+from .records import (Failed, Recorder, dict_of, error_summary, expect_close, expect_shape, format_shape, plain, same,
+                      seed_of, tensor_of)
 from .shortcuts import attention_modules, package, torch_attention
 
 # ----------------------------------------------------------------------------------------------
@@ -199,6 +201,10 @@ def head_variant(x, W_query, W_key, W_value, *, mask="causal", fill=float("-inf"
     queries, keys, values = x @ W_query, x @ W_key, x @ W_value  # (B, T, d_out)
     if scores == "qk":
         s = queries @ keys.transpose(-2, -1)  # (B, T, T)
+    elif scores == "k.T":
+        with warnings.catch_warnings():  # torch warns that .T on 3 axes is deprecated
+            warnings.simplefilter("ignore")
+            s = queries @ keys.T  # .T reverses all three axes: (d_out, T, B); raises unless shapes happen to fit
     else:
         s = keys @ queries.transpose(-2, -1)  # the transpose: row i is key i
     num_tokens, d_in, d_out = x.shape[-2], W_query.shape[0], W_query.shape[1]
@@ -211,6 +217,22 @@ def head_variant(x, W_query, W_key, W_value, *, mask="causal", fill=float("-inf"
     else:
         weights = torch.softmax(s.masked_fill(future, fill) / divisor, dim=softmax_dim)
     return weights @ {"values": values, "inputs": x, "keys": keys}[mix]
+
+
+def _head_raises_like(**how):
+    """The learner's call on the running example raised exactly the error the variant raises there.
+
+    The running example's shapes make ``queries @ keys.T`` fail in torch's batched product whatever
+    else the answer does, so its error message identifies the mistake."""
+    def detect(record):
+        inputs, _ = head_cases(seed_of(record))["running"]
+        try:
+            with torch.no_grad():
+                head_variant(*inputs, **how)
+        except Exception as error:
+            return record["running"] == error_summary(error)
+        return False
+    return detect
 
 
 def _head_like(**how):
@@ -245,6 +267,11 @@ HEAD = Exercise(
                 "future tokens. This head has no dropout: remove it.",
                 lambda record: record["random"].get("kind") == "tensor"
                 and not same(record["random"]["value"], record["random_again"]["value"])),
+        Mistake("keys-dot-T",
+                "keys.T reverses every axis of a 3-D tensor: (batch, num_tokens, d_out) becomes (d_out, "
+                "num_tokens, batch), so torch's batched product refuses it (the 'batch2 tensor' error). "
+                "Swap only the last two axes, the tokens and the features: keys.transpose(1, 2), or keys.mT.",
+                _head_raises_like(scores="k.T")),
         Mistake("no-mask",
                 "Nothing stops a token from attending to later tokens: apply the causal mask to the "
                 "scores (masked_fill with -inf above the diagonal) before the softmax.",

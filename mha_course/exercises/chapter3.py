@@ -207,8 +207,8 @@ MERGE = Exercise(
                 "x.transpose(1, 2), then .contiguous().view(B, T, -1).",
                 _merge_like(lambda x: x.reshape(x.shape[0], x.shape[2], -1))),
         Mistake("interleaved",
-                "The heads' numbers are interleaved (head 0's first number, head 1's first number, "
-                "...). Each token's row must hold head 0's head_dim numbers, then head 1's: "
+                "The heads' numbers are interleaved (head 1's first number, head 2's first number, "
+                "...). Each token's row must hold head 1's head_dim numbers, then head 2's: "
                 "x.transpose(1, 2) gives (B, T, num_heads, head_dim), which then views as (B, T, d_out).",
                 _merge_like(lambda x: x.permute(0, 2, 3, 1).reshape(x.shape[0], x.shape[2], -1))),
         Mistake("stopped-early",
@@ -416,14 +416,14 @@ TRANSFER = Exercise(
                 _out_proj_bias),
         Mistake("heads-reversed",
                 "The heads are in reverse order: head h's weights belong in rows h*head_dim to "
-                "(h+1)*head_dim, head 0 first.",
+                "(h+1)*head_dim, the first head (h = 0) first.",
                 _reversed),
         Mistake("roles-swapped",
                 "A projection got another role's weights: W_query comes from the heads' W_query, W_key "
                 "from W_key, W_value from W_value.",
                 _roles_swapped),
         Mistake("first-head-only",
-                "Only head 0's weights were copied: loop over every head and fill its block of rows.",
+                "Only the first head's weights were copied: loop over every head and fill its block of rows.",
                 _first_head_only),
         Mistake("bias-forgotten",
                 "The weights are right but the biases were not copied: with qkv_bias=True concatenate "

@@ -18,8 +18,8 @@ from .framework import Check, Exercise, Mistake
 from .probes import (agrees, batch, causality_check, device_check, draw, dropout_in_eval, dropout_lost, eval_output,
                      future_changed, gradients_check, parameters_with_gradients, probe_backward, probe_dropout,
                      probe_on_devices)
-from .records import (Failed, Recorder, expect_close, format_shape, number, number_of, number_text, same, seed_of,
-                      tensor_of)
+from .records import (Failed, Recorder, expect_close, format_shape, number, number_of, number_pair, same,
+                      seed_of, tensor_of)
 from .shortcuts import Shortcut, attention_modules, called, package, sdpa_entry_points, torch_attention
 
 # ----------------------------------------------------------------------------------------------
@@ -71,7 +71,8 @@ def _share_value(key: str):
         got = number_of(record, key, _share_call(args), "a number (a float between 0 and 1)")
         expected = expected_share(args)
         if not agrees(got, expected):
-            raise Failed(f"{expected:.6f} for {_share_call(args)}", number_text(record[key], 6))
+            shown, seen = number_pair(expected, record[key], 6)
+            raise Failed(f"{shown} for {_share_call(args)}", seen)
     return run
 
 

@@ -22,7 +22,7 @@ from ..experiments.specialisation import (IGNORE_INDEX, SpecialisationConfig, Ti
                                           difference_task, train)
 from .framework import Check, Exercise, Mistake
 from .probes import agrees, case_seed, generator
-from .records import Failed, Recorder, number, number_of, number_text, plain, seed_of, value_of
+from .records import Failed, Recorder, number, number_of, number_pair, plain, seed_of, value_of
 
 #: The stored models: their weights, and how they were trained.
 MODELS_PATH = Path(__file__).parent / "data" / "trained_models.json"
@@ -120,6 +120,8 @@ def ablated(model: TinyAttentionModel, head: int, how: str = "columns") -> TinyA
             attention.out_proj.weight[:, head::h] = 0
         elif how == "queries":
             attention.W_query.weight[own, :] = 0
+        elif how == "value-columns":  # nn.Linear keeps (out, in): a column is one input feature
+            attention.W_value.weight[:, own] = 0
         elif how == "others":
             for other in range(h):
                 if other != head:
@@ -161,7 +163,8 @@ def _drop(cases):
             got = number_of(record, case, _call(record, case), "a number (the accuracy lost)")
             expected = drop_variant(record, case)
             if not agrees(got, expected):
-                raise Failed(f"{expected:.4f} for {_call(record, case)}", number_text(record[case], 4))
+                shown, seen = number_pair(expected, record[case], 4)
+                raise Failed(f"{shown} for {_call(record, case)}", seen)
     return run
 
 
@@ -226,12 +229,18 @@ ABLATION = Exercise(
                 (_UNCHANGED,)),
         Mistake("output-rows",
                 "You zeroed ROWS of out_proj.weight: those are output features, which mix every head. "
-                "Head h reaches the output through the COLUMNS h*head_dim to (h+1)*head_dim "
-                "(out_proj computes merged @ weight.T): zero out_proj.weight[:, h*head_dim:(h+1)*head_dim].",
+                "The head reaches the output through the COLUMNS head*head_dim to (head+1)*head_dim "
+                "(out_proj computes merged @ weight.T): zero out_proj.weight[:, head*head_dim:(head+1)*head_dim].",
                 _like(how="rows")),
+        Mistake("value-columns",
+                "You zeroed COLUMNS of W_value.weight. nn.Linear keeps its weight as (out_features, "
+                "in_features), so a column is one feature of the input, which every head's values read. "
+                "The head's values come from the ROWS head*head_dim to (head+1)*head_dim: zero "
+                "W_value.weight[head*head_dim:(head+1)*head_dim], or the same columns of out_proj.weight.",
+                _like(how="value-columns")),
         Mistake("interleaved",
-                "You zeroed every num_heads-th column. Head h owns the neighbouring columns "
-                "h*head_dim to (h+1)*head_dim of the merged context.",
+                "You zeroed every num_heads-th column. The head owns the neighbouring columns "
+                "head*head_dim to (head+1)*head_dim of the merged context.",
                 _like(how="interleaved")),
         Mistake("queries-zeroed",
                 "Zeroing a head's queries (or keys) does not silence it: its scores become 0, the softmax "
@@ -239,15 +248,15 @@ ABLATION = Exercise(
                 "what it contributes instead: its columns of out_proj.weight.",
                 _like(how="queries")),
         Mistake("kept-only-that-head",
-                "You kept head h and silenced all the others. Knock out head h alone.",
+                "You kept the head and silenced all the others. Knock out that one head alone.",
                 _like(how="others")),
         Mistake("bias-zeroed",
-                "You also zeroed out_proj's bias, which belongs to no head. Zero only head h's columns of "
+                "You also zeroed out_proj's bias, which belongs to no head. Zero only the head's columns of "
                 "out_proj.weight.",
                 _like(how="with-bias")),
         Mistake("sign-flipped",
                 "Your drop has the wrong sign: return the accuracy with every head minus the accuracy "
-                "without head h, a positive number when the head mattered.",
+                "without the head, a positive number when the head mattered.",
                 _like(result="negative")),
         Mistake("accuracy-not-drop",
                 "You returned the accuracy without the head. The exercise asks for the drop: full "

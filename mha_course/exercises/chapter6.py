@@ -364,7 +364,7 @@ STEP = Exercise(
                 _step_like(softmax_dim=-2)),
         Mistake("mask-row-of-first-token",
                 "You masked the scores with the first row of the causal mask, which lets the new token "
-                "see only position 0. The new token is the LAST position: it sees every cached position "
+                "see only the first position. The new token is the LAST position: it sees every cached position "
                 "and itself, so one new token needs no mask at all.",
                 _step_like(first_position_only=True)),
         Mistake("cpu-tensor",

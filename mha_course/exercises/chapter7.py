@@ -141,7 +141,7 @@ def _probe_update(online_softmax_update, rec: Recorder) -> None:
 def _update_call(key: str, tiles, values) -> str:
     shapes = f"scores {format_shape(tiles[0].shape)}, values {format_shape(values[0].shape)}"
     return {"first": f"the first tile ({shapes}) from row_max = -inf, row_sum = 0, acc = 0",
-            "grows": f"a second tile ({shapes}) that raises the maximum of rows 0, 2, ...",
+            "grows": f"a second tile ({shapes}) that raises the maximum of rows 1, 3, ... (index 0, 2, ...)",
             "whole": f"{len(tiles)} tiles in turn ({shapes} each)",
             "large": f"{len(tiles)} tiles of scores in the thousands ({shapes} each)"}[key]
 
@@ -400,9 +400,10 @@ def _grid_check(key: str, which=None):
         for i, row in enumerate(expected):
             for j, kind in enumerate(row):
                 if (which is None or which(i, j)) and got[i][j] != kind:
-                    raise Failed(f'"{kind}" for the tile of query block {i} and key block {j} '
-                                 f"({num_tokens} tokens in blocks of {block_size}: queries "
-                                 f"{i * block_size}.. and keys {j * block_size}..)", f'"{got[i][j]}"')
+                    # The tile as the call that names it: offsets, counted from 0 as the code counts.
+                    raise Failed(f'"{kind}" for tile_kind({i * block_size}, {j * block_size}, {block_size}, '
+                                 f"{num_tokens}), query block {i + 1} and key block {j + 1}",
+                                 f'"{got[i][j]}"')
     return run
 
 

@@ -20,7 +20,7 @@ from ..attention.multihead import MultiHeadAttention
 from ..convert.transformers import from_gpt2_attention
 from .framework import Check, Exercise, Mistake
 from .probes import batch, draw, generator, state_of
-from .records import (Failed, Recorder, describe, expect_close, format_values, plain, raised, same, seed_of,
+from .records import (Failed, Recorder, describe, expect_close, format_pair, plain, raised, same, seed_of,
                       value_of)
 from .shortcuts import package
 
@@ -146,8 +146,9 @@ def _holds_weights(record):
     expected = mapping_variant(gpt2_layer(seed, "small"), course_module(seed, "small"))
     for name, value in expected.items():
         if name in got and not same(got[name], value):
-            raise Failed(f"mha.{name} to hold GPT-2's values", f"{format_values(got[name])}, not "
-                         f"{format_values(value)} (for attention = {_describe(seed, 'small')})")
+            shown, seen = format_pair(value, got[name])
+            raise Failed(f"mha.{name} to hold GPT-2's values", f"{seen}, not {shown} (for attention = "
+                         f"{_describe(seed, 'small')})")
 
 
 def _gpt2_unchanged(record):

@@ -255,7 +255,8 @@ def _finite(record):
     if not bool(torch.isfinite(got).all()):
         where = (~torch.isfinite(got)).nonzero()[0].tolist()
         raise Failed(f"finite numbers everywhere, padding too ({_describe_padded(seed_of(record), 'left')})",
-                     f"nan at sequence {where[0]}, head {where[1]}, token {where[2]}")
+                     f"nan at sequence {where[0] + 1}, head {where[1] + 1}, token {where[2] + 1} "
+                     f"(index {where[:3]})")
 
 
 def _padded_like(keys=PAD_CASES, **how):

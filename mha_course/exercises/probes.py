@@ -210,7 +210,7 @@ def error_on_device(record: dict, key: str, *fragments: str) -> bool:
 # ----------------------------------------------------------------------------------------------
 # Causality: change the future tokens, the past must not move
 
-KEEP = 3  # the probe changes tokens KEEP, KEEP + 1, ... and watches tokens 0 .. KEEP - 1
+KEEP = 3  # the probe changes every token after the first KEEP and watches the first KEEP
 
 
 def future_changed(x: torch.Tensor, seed: int, keep: int = KEEP) -> torch.Tensor:
@@ -232,13 +232,13 @@ def causality_check(before_key: str, after_key: str, keep: int = KEEP) -> Callab
             raise Failed("two outputs of one shape, one row per token", f"shapes {tuple(before.shape)} and {tuple(after.shape)}")
         for name, out in (("the first call", before), ("the call with later tokens changed", after)):
             if bool(out[:, :keep].isnan().any()):
-                token = int(out[:, :keep].isnan().reshape(out.shape[0], keep, -1).any(dim=-1).any(dim=0).nonzero()[0])
-                raise Failed(f"numbers for tokens 0-{keep - 1}", f"NaN in token {token}'s output in {name}")
+                index = int(out[:, :keep].isnan().reshape(out.shape[0], keep, -1).any(dim=-1).any(dim=0).nonzero()[0])
+                raise Failed(f"numbers for tokens 1-{keep}", f"NaN in token {index + 1}'s output in {name}")
         change = (after[:, :keep] - before[:, :keep]).abs().reshape(before.shape[0], keep, -1)
         if change.max() > 1e-5:
-            token = int(change.amax(dim=(0, 2)).argmax())
-            raise Failed(f"tokens 0-{keep - 1} unchanged when only tokens {keep} and later change",
-                         f"token {token} changed by {float(change.max()):.3g}")
+            index = int(change.amax(dim=(0, 2)).argmax())  # tokens are counted from 1, as in the book
+            raise Failed(f"tokens 1-{keep} unchanged when only tokens {keep + 1} and later change",
+                         f"token {index + 1} changed by {float(change.max()):.3g}")
     return run
 
 

@@ -207,6 +207,21 @@ def number_text(summary: dict | None, decimals: int | None = None) -> str:
     return describe(summary)
 
 
+def number_pair(expected: float, summary: dict | None, decimals: int = 3) -> tuple[str, str]:
+    """An expected number and the learner's (a record entry, shown by :func:`number_text`) with as many
+    decimals as it takes for the two to read differently, from ``decimals`` up to :data:`MOST_DECIMALS`.
+
+    Example:
+        >>> number_pair(0.25, summarise(0.2504), 3)
+        ('0.2500', '0.2504')
+    """
+    got = number(summary)
+    places = decimals
+    while got is not None and places < MOST_DECIMALS and round(got, places) == round(expected, places):
+        places += 1
+    return f"{expected:,.{places}f}", number_text(summary, places)
+
+
 def number_of(record: dict, key: str, what: str = "the call", kind: str = "a number") -> float:
     """The number the answer returned under ``key``; a :class:`Failed` naming ``kind`` otherwise."""
     summary = value_of(record, key, what)
@@ -290,16 +305,45 @@ def format_number(value: float, decimals: int = 3) -> str:
     return f"{rounded + 0.0:.{decimals}f}"  # + 0.0 turns -0.0 into 0.0
 
 
-def format_values(t: torch.Tensor, limit: int = 6) -> str:
-    """The first ``limit`` entries of a tensor, flattened: ``[0.123, -0.400, ...]``."""
+def format_values(t: torch.Tensor, limit: int = 6, decimals: int = 3, start: int = 0) -> str:
+    """``limit`` entries of a tensor, flattened, from entry ``start`` on: ``[0.123, -0.400, ...]``."""
     flat = t.reshape(-1).tolist()
+    shown = flat[start:start + limit]
     if t.dtype == torch.bool:
-        items = [str(v) for v in flat[:limit]]
+        items = [str(v) for v in shown]
     elif t.is_floating_point():
-        items = [format_number(v) for v in flat[:limit]]
+        items = [format_number(v, decimals) for v in shown]
     else:
-        items = [str(v) for v in flat[:limit]]
-    return "[" + ", ".join(items) + (", ...]" if len(flat) > limit else "]")
+        items = [str(v) for v in shown]
+    return ("[" + ("..., " if start else "") + ", ".join(items)
+            + (", ...]" if len(flat) > start + limit else "]"))
+
+
+#: The most decimals :func:`format_pair` shows; the checks' tolerances are far coarser.
+MOST_DECIMALS = 9
+
+
+def format_pair(expected, got, limit: int = 6, decimals: int = 3, start: int = 0) -> tuple[str, str]:
+    """``expected`` and ``got`` (numbers, or tensors as :func:`format_values` shows them) as text with
+    as many decimals as it takes for the two to read differently: from ``decimals`` up to
+    :data:`MOST_DECIMALS`. A check that found them different never prints two equal numbers.
+
+    Example:
+        >>> format_pair(torch.tensor([0.3312, 0.042]), torch.tensor([0.3309, 0.042]))
+        ('[0.3312, 0.0420]', '[0.3309, 0.0420]')
+        >>> format_pair(0.25, 0.5)
+        ('0.250', '0.500')
+    """
+    def text(value, places: int) -> str:
+        if isinstance(value, torch.Tensor):
+            return format_values(value, limit, places, start)
+        return format_number(value, places)
+
+    for places in range(decimals, MOST_DECIMALS + 1):
+        pair = text(expected, places), text(got, places)
+        if pair[0] != pair[1]:
+            break
+    return pair
 
 
 def close(got: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
@@ -329,9 +373,21 @@ def expect_close(got: torch.Tensor, expected: torch.Tensor, labels: tuple[str, .
                  where: str = "") -> None:
     """Raise :class:`Failed` showing the first row (all but the last axis) that differs.
 
-    ``labels`` name the leading axes, e.g. ``("sequence", "token")`` gives
-    ``"sequence 0, token 2 = [0.310, 0.120]"``; ``where`` names the input, e.g. ``"on
-    random_batch(2, 5, 4, seed=812)"``, so the learner can rerun the case.
+    ``labels`` name the leading axes, counted from 1 as the book counts tokens and heads, with the
+    tensor's own index after them: ``("sequence", "token")`` gives ``"sequence 1, token 3 (index [0,
+    2]) = [0.310, 0.120]"``. ``where`` names the input, e.g. ``"on random_batch(2, 5, 4, seed=812)"``,
+    so the learner can rerun the case. Expected and got are printed with as many decimals as it
+    takes for them to differ (:func:`format_pair`).
+
+    Example:
+        >>> expected = torch.zeros(2, 3, 2)
+        >>> got = expected.clone()
+        >>> got[1, 2, 0] = 0.0004
+        >>> try:
+        ...     expect_close(got, expected, labels=("sequence", "token"))
+        ... except Failed as failed:
+        ...     print(failed.expected, "|", failed.got)
+        sequence 2, token 3 (index [1, 2]) = [0.0000, 0.0000] | [0.0004, 0.0000]
     """
     expect_shape(got, tuple(expected.shape))
     agree = close(got, expected)
@@ -339,7 +395,8 @@ def expect_close(got: torch.Tensor, expected: torch.Tensor, labels: tuple[str, .
         return
     suffix = f" {where}" if where else ""
     if expected.dim() <= 1:
-        raise Failed(format_values(expected, limit=8) + suffix, format_values(got, limit=8))
+        shown, seen = format_pair(expected, got, limit=8, start=_window(agree.reshape(-1), 8))
+        raise Failed(shown + suffix, seen)
     rows = agree.reshape(-1, expected.shape[-1]).all(dim=-1)
     first = int((~rows).nonzero()[0])
     index = []
@@ -348,5 +405,13 @@ def expect_close(got: torch.Tensor, expected: torch.Tensor, labels: tuple[str, .
         first //= size
     index = tuple(reversed(index))
     names = list(labels)[-len(index):] if len(labels) >= len(index) else ["index"] * len(index)
-    at = ", ".join(f"{name} {i}" for name, i in zip(names, index))
-    raise Failed(f"{at} = {format_values(expected[index])}{suffix}", format_values(got[index]))
+    at = ", ".join(f"{name} {i + 1}" for name, i in zip(names, index))
+    at += f" (index [{', '.join(map(str, index))}])"
+    shown, seen = format_pair(expected[index], got[index], start=_window(agree[index], 6))
+    raise Failed(f"{at} = {shown}{suffix}", seen)
+
+
+def _window(agree: torch.Tensor, limit: int) -> int:
+    """Where a shown stretch of ``limit`` entries starts so that it holds the first disagreement."""
+    first = int((~agree.reshape(-1)).nonzero()[0]) if not bool(agree.all()) else 0
+    return 0 if first < limit else first - limit + 1

@@ -13,16 +13,19 @@ The package, one concern per module; import any name from here:
 * :mod:`~mha_course.plots.diagrams` - the flow of heads, the batched module's reshape, and which
   key/value head each query head reads;
 * :mod:`~mha_course.plots.costs` - the cost regimes, the three bills, attention's share of the
-  work, and the growth of the key/value cache;
+  work, the growth of the key/value cache, and the caches of today's models;
 * :mod:`~mha_course.plots.tiles` - the tiles of the causal score matrix: computed, cut, skipped;
-* :mod:`~mha_course.plots.positions` - the rotary position embedding.
+* :mod:`~mha_course.plots.positions` - the rotary position embedding;
+* :mod:`~mha_course.plots.state` - the state of the gated delta rule being written and read.
 """
 
 from .attention import plot_attention, plot_visibility
-from .costs import plot_attention_share, plot_bills_by_heads, plot_cost_regimes, plot_kv_cache_growth
+from .costs import (plot_attention_share, plot_bills_by_heads, plot_cost_regimes, plot_kv_cache_growth,
+                    plot_todays_caches)
 from .diagrams import plot_head_flow, plot_head_reshape, plot_kv_sharing
 from .tiles import plot_tiles
 from .positions import plot_rotation
+from .state import plot_state_updates
 from .style import (BOOK_COLUMN_PX, COLUMN_WIDTH, DASHES, FIGURE_DPI, GREY_CMAP, HEAD_PALETTE, HOUSE_STYLE,
                     MARKERS, MIN_TEXT_PX, NEUTRAL, OKABE_ITO, SEQUENTIAL_CMAP, SMALLEST_PT, book_figsize,
                     figure_text_sizes, house_style, line_style)
@@ -30,6 +33,8 @@ from .style import (BOOK_COLUMN_PX, COLUMN_WIDTH, DASHES, FIGURE_DPI, GREY_CMAP,
 __all__ = [
     "plot_visibility", "plot_attention", "plot_head_flow", "plot_head_reshape", "plot_kv_sharing",
     "plot_cost_regimes", "plot_bills_by_heads", "plot_attention_share", "plot_kv_cache_growth", "plot_tiles", "plot_rotation",
+    "plot_todays_caches",
+    "plot_state_updates",
     "house_style", "book_figsize", "figure_text_sizes", "line_style", "HOUSE_STYLE", "BOOK_COLUMN_PX",
     "COLUMN_WIDTH", "FIGURE_DPI", "MIN_TEXT_PX", "SMALLEST_PT", "OKABE_ITO", "HEAD_PALETTE", "MARKERS",
     "DASHES", "NEUTRAL", "SEQUENTIAL_CMAP", "GREY_CMAP",

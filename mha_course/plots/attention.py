@@ -150,9 +150,12 @@ def plot_attention(weights: torch.Tensor, labels: Sequence[str] | None = None,
     # about 0.55 em per character: wrap a title that would run past its panel into the next one
     title_chars = int(side * 72 / (0.55 * plt.rcParams["axes.titlesize"]))
     image = None
-    for ax, head_weights, title in zip(panels, weights, titles):
+    for number, (ax, head_weights, title) in enumerate(zip(panels, weights, titles)):
         image = ax.imshow(head_weights.numpy(), cmap=cmap, vmin=0.0, vmax=1.0)
-        _square_axes(ax, n, labels, "key token (attended to)", "query token (attending)")
+        # the rows' name once, at the left of each row of panels: beside a second panel it would run
+        # into the first panel's last column when the tokens are words
+        ylabel = "query token (attending)" if number % columns == 0 else ""
+        _square_axes(ax, n, labels, "key token (attended to)", ylabel)
         ax.set_title(textwrap.fill(title, title_chars))
     fig.tight_layout()
     texts = [format(float(v), fmt) for v in weights.flatten()] if fmt is not None else []

@@ -285,3 +285,39 @@ def plot_kv_cache_growth(shapes=None, bytes_per_number: int = 2, smallest: int =
     fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), frameon=False, handlelength=2.6)
     return fig
 
+
+
+@house_style()
+def plot_todays_caches(rows, bytes_per_number: int = 2):
+    """The cache of one sequence against its length, one line per model of today (chapter 10).
+
+    ``rows``: dicts with ``name`` and ``bytes`` (length -> bytes of the whole cache), as
+    :func:`mha_course.todays_caches.cache_rows` returns them at several lengths. Log-log axes; each
+    model's line differs in colour, marker and dashes, named in the legend below.
+
+    Example:
+        >>> rows = [{"name": "a", "bytes": {1024: 2**20, 4096: 2**22}},
+        ...         {"name": "b", "bytes": {1024: 2**19, 4096: 2**19}}]
+        >>> [line.get_label() for line in plot_todays_caches(rows).axes[0].lines]
+        ['a', 'b']
+    """
+    from ..tables import format_bytes
+
+    if not rows:
+        raise ValueError("rows is empty: pass mha_course.todays_caches.cache_rows(lengths=...).")
+    fig, ax = plt.subplots(figsize=book_figsize(1.0, aspect=0.62), layout="constrained")
+    for index, row in enumerate(rows):
+        lengths = sorted(row["bytes"])
+        ax.plot(lengths, [row["bytes"][t] for t in lengths], label=row["name"], markersize=4.5, lw=1.8,
+                **line_style(index))
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: format_bytes(value)))
+    ticks = sorted(rows[0]["bytes"])[::2]
+    ax.set_xticks(ticks, [f"{t // 1024}k" if t >= 1024 else str(t) for t in ticks])
+    ax.minorticks_off()
+    ax.set_xlabel("tokens of the sequence")
+    ax.set_ylabel(f"cache, every layer ({bytes_per_number} bytes a number)")
+    ax.grid(True, which="major", alpha=0.3)
+    fig.legend(loc="outside lower center", ncol=3, frameon=False, handlelength=2.6)
+    return fig

@@ -192,6 +192,7 @@ class Visit:
     images: list[tuple[str, int]]  # (src, naturalWidth)
     exercises: int
     solutions: list[Solution]
+    asides: list[Solution]  # the optional asides, opened like the solutions
     # What tests/browser/layout.js measured, by width ("desktop", "phone"), with the solutions open.
     layout: dict[str, dict]
     accessibility: list[Violation]  # axe-core's findings at desktop width, solutions open
@@ -211,21 +212,27 @@ COLLECT = """() => {
     math_errors: [...document.querySelectorAll("mjx-merror")].map((e) => e.getAttribute("data-mjx-error") || e.textContent),
     images: [...document.images].map((img) => [img.currentSrc || img.src, img.naturalWidth]),
     exercises: [...document.querySelectorAll("article h3")].filter(
-      (h) => /^Exercise \d/.test(h.textContent.trim())).length,
+      (h) => /^Exercise \\d/.test(h.textContent.trim())).length,
   };
 }"""
 
 
-def _open_solutions(page) -> list[Solution]:
-    """Click every solution's toggle, as a reader would, and record whether it opened. A solution
-    is a folded block whose button names its exercise: the code cell's (myst-nb's ``hide-input``,
-    its prompt "Solution to exercise 1.1") or a solution in prose (``<details class="solution">``)."""
-    solutions = []
+#: The button of a folded block that a reader opens: an exercise's solution, or an optional aside.
+SOLUTION_LABEL, ASIDE_LABEL = "Solution to exercise", "Optional: "
+
+
+def _open_folds(page) -> tuple[list[Solution], list[Solution]]:
+    """Click every solution's and every optional aside's toggle, as a reader would, and record whether
+    it opened. A solution is a folded block whose button names its exercise: the code cell's
+    (myst-nb's ``hide-input``, its prompt "Solution to exercise 1.1") or a solution in prose
+    (``<details class="solution">``). An aside's button starts "Optional: ": prose in
+    ``<details class="aside">`` or a cell whose output the book folds (``hide-output``)."""
+    solutions, asides = [], []
     for element in page.locator("article details").all():
         summary = element.locator(":scope > summary").first
         label = (summary.locator(".collapsed").first if summary.locator(".collapsed").count() else summary)
         label = label.inner_text().strip()
-        if not label.startswith("Solution to exercise"):
+        if not label.startswith((SOLUTION_LABEL, ASIDE_LABEL)):
             continue  # a figure's or a table's folded code
         body = element.locator(":scope > :not(summary)").first
         is_dropdown = True  # a <details> element is folded until opened
@@ -234,10 +241,11 @@ def _open_solutions(page) -> list[Solution]:
         summary.click()
         body.wait_for(state="visible", timeout=5_000)
         shown = body.is_visible() and element.get_attribute("open") is not None
-        solutions.append(Solution(label, is_dropdown, hidden_at_first, shown))
+        found = Solution(label, is_dropdown, hidden_at_first, shown)
+        (solutions if label.startswith(SOLUTION_LABEL) else asides).append(found)
     # Back to the top, where a screenshot expects the page's sticky header.
     page.evaluate("() => window.scrollTo({left: 0, top: 0, behavior: 'instant'})")
-    return solutions
+    return solutions, asides
 
 
 # After a resize: let the layout and style update run (two frames), then wait for the transitions
@@ -373,8 +381,8 @@ def _visit(browser, docname: str, contrast_everywhere: bool) -> Visit:
         page = _new_page(context, recorder, DESKTOP)
         open_page(page, page_file(docname).as_uri())
         facts = page.evaluate(COLLECT)
-        # Solutions open before anything is measured, so their code is measured and shown too.
-        solutions = _open_solutions(page)
+        # Solutions and asides open before anything is measured, so they are measured and shown too.
+        solutions, asides = _open_folds(page)
         layout = {"desktop": page.evaluate(LAYOUT)}
         accessibility = _axe(page, contrast_everywhere)
         margins = {"desktop": _screenshot(page, desktop, layout["desktop"]["heading"])}
@@ -397,6 +405,7 @@ def _visit(browser, docname: str, contrast_everywhere: bool) -> Visit:
         images=[tuple(image) for image in facts["images"]],
         exercises=facts["exercises"],
         solutions=solutions,
+        asides=asides,
         layout=layout,
         accessibility=accessibility,
         contrast_checked_everywhere=contrast_everywhere,

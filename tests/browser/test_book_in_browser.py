@@ -83,6 +83,31 @@ def test_every_solution_is_a_dropdown_that_opens(visit, docname):
         assert solution.shown_after_click, f"{docname}: '{solution.label}' did not open when clicked"
 
 
+def _asides_in_source(docname: str) -> int:
+    path = source_of(docname)
+    prose = markdown_of(docname).count('<details class="aside">')
+    if path.suffix != ".ipynb":
+        return prose
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return prose + sum(c["metadata"].get("mystnb", {}).get("code_prompt_show", "").startswith("Optional: ")
+                       for c in cells if c["cell_type"] == "code")
+
+
+@pytest.mark.parametrize("docname", DOCNAMES)
+def test_every_optional_aside_is_folded_until_the_reader_opens_it(visit, docname):
+    page = visit(docname)
+    assert len(page.asides) == _asides_in_source(docname), (
+        f"{docname}: the source has {_asides_in_source(docname)} optional asides, the page {len(page.asides)}")
+    for aside in page.asides:
+        assert aside.hidden_at_first, f"{docname}: '{aside.label}' is open before the reader asks"
+        assert aside.shown_after_click, f"{docname}: '{aside.label}' did not open when clicked"
+
+
+def test_the_book_has_optional_asides(visit):
+    """Guards the test above against passing on a book with no aside to open."""
+    assert sum(len(visit(name).asides) for name in DOCNAMES) >= 3
+
+
 @pytest.mark.parametrize("docname", DOCNAMES)
 def test_screenshots_saved(visit, docname):
     for path in visit(docname).screenshots:

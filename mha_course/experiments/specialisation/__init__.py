@@ -35,8 +35,8 @@ arguments), :mod:`~.training`, :mod:`~.evaluation` (with the checks of a trained
 :mod:`~.plots`. Everything public is importable from here.
 """
 
-from .evaluation import (EVAL_SEED, SOLVED_ACCURACY, accuracy, evaluate, evaluation_data, first_share_by_difference,
-                         head_role, head_scores, mean_attention_maps, one_token_accuracy)
+from .evaluation import (EVAL_SEED, OTHER_BELOW, ROLE_THRESHOLD, SOLVED_ACCURACY, accuracy, evaluate, evaluation_data,
+                         first_share_by_difference, head_role, head_scores, mean_attention_maps, one_token_accuracy)
 from .plots import plot_accuracy_by_heads, plot_first_share_by_difference
 from .results import (DEFAULT_RESULTS_PATH, accuracy_by_heads, validate_experiment_arguments, load_results,
                       roles_table, run_experiment, save_results, select_runs, summary_table)
@@ -46,7 +46,7 @@ from .training import TrainingRun, train
 __all__ = [
     "IGNORE_INDEX", "SpecialisationConfig", "TinyAttentionModel", "difference_task", "TrainingRun", "train",
     "EVAL_SEED", "SOLVED_ACCURACY", "evaluation_data", "accuracy", "head_scores", "mean_attention_maps",
-    "first_share_by_difference", "one_token_accuracy", "head_role", "evaluate", "DEFAULT_RESULTS_PATH",
+    "first_share_by_difference", "one_token_accuracy", "head_role", "ROLE_THRESHOLD", "OTHER_BELOW", "evaluate", "DEFAULT_RESULTS_PATH",
     "validate_experiment_arguments", "run_experiment", "select_runs", "accuracy_by_heads", "save_results",
     "load_results", "summary_table", "roles_table", "plot_accuracy_by_heads", "plot_first_share_by_difference",
 ]

@@ -117,15 +117,27 @@ def one_token_accuracy(config: SpecialisationConfig | None = None) -> float:
     return (1 + (labelled - 1) / config.vocab_size) / labelled
 
 
-def head_role(first: float, previous: float, threshold: float = 0.8) -> str:
-    """Name what a head does from its :func:`head_scores` pair.
+#: A head *reads* the first or the previous token when at least this share of its attention is on it.
+ROLE_THRESHOLD = 0.8
+#: A head looks at *other* tokens when less than this share of its attention is on the two together.
+OTHER_BELOW = 0.5
+
+
+def head_role(first: float, previous: float, threshold: float = ROLE_THRESHOLD) -> str:
+    """Name what a head does from its :func:`head_scores` pair: its shares of attention on the first
+    and on the previous token (the rest, ``1 - first - previous``, is on other tokens).
 
     ``"first"`` or ``"previous"`` when that share reaches ``threshold``; ``"other"`` when the two
-    shares together are under one half (the head looks mostly elsewhere); ``"mixed"`` otherwise.
+    shares together are under :data:`OTHER_BELOW`; otherwise the two of the three places (the first
+    token, the previous token, the other tokens) that hold most of its attention, joined by ``+``:
+    ``"first+previous"`` for a head split between the two tokens, ``"previous+other"`` for one that
+    gives the first token nothing and divides the rest between the previous token and others.
 
     Example:
         >>> head_role(0.97, 0.02), head_role(0.01, 0.99), head_role(0.5, 0.48), head_role(0.1, 0.2)
-        ('first', 'previous', 'mixed', 'other')
+        ('first', 'previous', 'first+previous', 'other')
+        >>> head_role(0.0, 0.51), head_role(0.6, 0.05)
+        ('previous+other', 'first+other')
     """
     if not 0.5 < threshold <= 1:
         raise ValueError(f"threshold must be in (0.5, 1], got {threshold}: a head can have at most one "
@@ -134,7 +146,11 @@ def head_role(first: float, previous: float, threshold: float = 0.8) -> str:
         return "first"
     if previous >= threshold:
         return "previous"
-    return "other" if first + previous < 0.5 else "mixed"
+    if first + previous < OTHER_BELOW:
+        return "other"
+    shares = {"first": first, "previous": previous, "other": 1 - first - previous}
+    largest = sorted(shares, key=shares.get, reverse=True)[:2]
+    return "+".join(place for place in shares if place in largest)
 
 
 def rounded(values, decimals: int = 4):

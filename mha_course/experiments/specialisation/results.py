@@ -156,7 +156,7 @@ def roles_table(results: dict, num_heads: int, steps: int | None = None) -> Tabl
 
     def describe(first: float, previous: float) -> str:
         first, previous = round(first, 2), round(previous, 2)  # name the role from the shares shown
-        return f"{head_role(first, previous):<8} {first:.2f}/{previous:.2f}"
+        return f"{head_role(first, previous):<14} {first:.2f}/{previous:.2f}"
 
     columns = ["seed", "accuracy"] + [f"head {h + 1}" for h in range(num_heads)]
     rows = [[run["seed"], run["accuracy"]] + [describe(*pair) for pair in run["head_scores"]] for run in runs]
