@@ -194,3 +194,20 @@ def test_a_solution_is_folded_behind_a_button_that_names_its_exercise():
             assert "hide-input" in cell["metadata"].get("tags", []), f"{docname}: the solution to {exercise} shows"
             assert cell["metadata"]["mystnb"]["code_prompt_show"] == f"Solution to exercise {exercise}"
             assert cell["metadata"]["jupyter"]["source_hidden"], f"{docname}: {exercise}'s solution is not folded"
+
+
+def test_a_cite_role_names_only_a_work_whose_label_is_its_year():
+    """Sphinx writes a ``{cite:p}`` as "Authors, year" from the entry itself; where one author has two
+    works of a year the References list labels them "2024a" and "2024b", so such a work is cited by a
+    Markdown link with the label's text, as the chapters do."""
+    works = read_bib((REPO / "book" / "references.bib").read_text(encoding="utf-8"))
+    assert any(w.year[-1].isalpha() for w in works.values()), "no work shares an author and a year"
+    roles = wrong = 0
+    for page in sorted((REPO / "book").glob("*.md")):
+        for keys in re.findall(r"\{cite:[pt]\}`([^`]+)`", page.read_text(encoding="utf-8")):
+            for key in keys.split(","):
+                roles += 1
+                if not works[key.strip()].year[:4].isdigit() or works[key.strip()].year[-1].isalpha():
+                    wrong += 1
+                    print(f"{page.name}: {{cite}}`{key}` would read without its letter")
+    assert roles and not wrong

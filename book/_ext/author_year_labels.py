@@ -14,36 +14,15 @@ the year.
 
 from __future__ import annotations
 
-from collections import Counter
-
 from pybtex.plugin import register_plugin
 from pybtex.style.formatting.alpha import Style as AlphaStyle
 from pybtex.style.labels import BaseLabelStyle
 
 # The one author-year rule, shared with the student edition's citations.
-from mha_course.edition.bibliography import author_year, surnames
+from mha_course.edition.bibliography import author_year, surnames, unique
 
 LABEL_STYLE = "course_author_year"
 FORMAT_STYLE = "course_author_year"
-
-
-def unique(labels: list[str]) -> list[str]:
-    """``labels`` with a letter after the year wherever two works would share one.
-
-    Example:
-        >>> unique(["Shazeer, 2019", "Michel et al., 2019", "Shazeer, 2019"])
-        ['Shazeer, 2019a', 'Michel et al., 2019', 'Shazeer, 2019b']
-    """
-    counts = Counter(labels)
-    seen: Counter = Counter()
-    result = []
-    for label in labels:
-        if counts[label] > 1:
-            result.append(label + "abcdefghijklmnopqrstuvwxyz"[seen[label]])
-            seen[label] += 1
-        else:
-            result.append(label)
-    return result
 
 
 class AuthorYearLabels(BaseLabelStyle):

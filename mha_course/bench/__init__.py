@@ -26,7 +26,7 @@ The package, one concern per module:
   :mod:`~mha_course.bench.heads_map_results` reads its results back;
 * :mod:`~mha_course.bench.tiled` - ``bench --tiled`` (chapter 7): peak memory and time of attention
   with the explicit scores, the tiled loop and the fused kernel, against the length;
-* :mod:`~mha_course.bench.grouped` - ``bench --grouped`` (chapters 6 and 8): ``GroupedQueryAttention``
+* :mod:`~mha_course.bench.grouped` - ``bench --grouped`` (chapter 8): ``GroupedQueryAttention``
   on the fused kernel beside transformers' ``LlamaAttention`` and beside the fast path.
 * :mod:`~mha_course.bench.latent` - ``bench --latent`` (chapter 10): one decoded token of latent
   attention, expanded and absorbed, against grouped-query attention with the same cache, up to 16k

@@ -19,7 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from collections import Counter
+
 from pybtex.database import parse_string
+from pybtex.plugin import find_plugin
 from pybtex.richtext import Text
 
 
@@ -55,6 +58,30 @@ def surnames(entry) -> list[str]:
             for person in people]
 
 
+def unique(labels: list[str]) -> list[str]:
+    """``labels`` with a letter after the year wherever two works would share one.
+
+    Example:
+        >>> unique(["Shazeer, 2019", "Michel et al., 2019", "Shazeer, 2019"])
+        ['Shazeer, 2019a', 'Michel et al., 2019', 'Shazeer, 2019b']
+    """
+    counts = Counter(labels)
+    seen: Counter = Counter()
+    result = []
+    for label in labels:
+        if counts[label] > 1:
+            result.append(label + "abcdefghijklmnopqrstuvwxyz"[seen[label]])
+            seen[label] += 1
+        else:
+            result.append(label)
+    return result
+
+
+def in_order(entries) -> list:
+    """pybtex entries in the References list's order: by author, year and title (pybtex's own sort)."""
+    return find_plugin("pybtex.style.sorting", "author_year_title")().sort(list(entries))
+
+
 @dataclass
 class Work:
     """A cited work, as far as a citation in the text names it: its authors' surnames and its year."""
@@ -68,10 +95,17 @@ class Work:
 
 
 def read_bib(text: str) -> dict[str, Work]:
-    """The works of a BibTeX file's ``text``, by key (pybtex reads it)."""
-    database = parse_string(text, "bibtex")
-    return {key: Work(surnames(entry), Text.from_latex(entry.fields.get("year", "n.d.")).render_as("text"))
-            for key, entry in database.entries.items()}
+    """The works of a BibTeX file's ``text``, by key (pybtex reads it).
+
+    A work's year is the one its References label shows: "2024a" and "2024b" where one author has
+    two works of 2024 (:func:`unique`, in the list's order).
+    """
+    entries = in_order(parse_string(text, "bibtex").entries.values())
+    works = [Work(surnames(e), Text.from_latex(e.fields.get("year", "n.d.")).render_as("text")) for e in entries]
+    labels = unique([author_year(w.surnames, w.year) for w in works])
+    for work, label in zip(works, labels):
+        work.year += label.removeprefix(author_year(work.surnames, work.year))
+    return {entry.key: work for entry, work in zip(entries, works)}
 
 
-__all__ = ["author_year", "surnames", "Work", "read_bib"]
+__all__ = ["author_year", "surnames", "unique", "in_order", "Work", "read_bib"]

@@ -29,7 +29,7 @@ import re
 import textwrap
 from typing import Callable
 
-from .bibliography import author_year, surnames
+from .bibliography import author_year, read_bib
 
 
 def term_anchor(term: str) -> str:
@@ -85,9 +85,10 @@ def bibliography_markdown(bib_text: str) -> str:
     backend = find_plugin("pybtex.backends", "markdown")()
     formatted = {entry.key: entry.text.render(backend) for entry in style.format_entries(database.entries.values())}
 
+    works = read_bib(bib_text)
+
     def label(key: str) -> str:
-        entry = database.entries[key]
-        return author_year(surnames(entry), entry.fields.get("year", ""))
+        return author_year(works[key].surnames, works[key].year)
 
     return "\n\n".join(f"{_anchors([citation_anchor(key)])}**{label(key)}**. {formatted[key]}"
                        for key in sorted(database.entries, key=label))
