@@ -1,8 +1,9 @@
 """pytest's set-up for the whole repository (the tests' own fixtures are in tests/conftest.py).
 
 The tests come in tiers, by marker (pyproject.toml): ``kernel`` (they start Jupyter kernels: grading, and
-the chapters under nbval, whose cells are marked here) and ``browser`` (they drive chromium over the built
-book) are left out of ``make check`` and run by ``make test``, which starts them first: they take longest.
+the chapters under nbval, whose cells are marked here), ``book`` (they write the student edition of every
+chapter, as a book build does) and ``browser`` (they drive chromium over the built book) are left out of
+``make check`` and run by ``make test``, which starts them first: they take longest.
 Under ``make test`` (pytest-xdist's ``loadgroup``) a file's tests run in one worker, and so do all the
 browser tests, which open each page of the book once per worker.
 
@@ -39,9 +40,9 @@ def pytest_itemcollected(item):
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items):
-    """The tests marked ``kernel`` or ``browser`` first, in their files' order: pytest-xdist hands out the
-    groups in this order when told ``--no-loadscope-reorder``."""
-    items.sort(key=lambda item: not (item.get_closest_marker("kernel") or item.get_closest_marker("browser")))
+    """The tests marked ``kernel``, ``book`` or ``browser`` first, in their files' order: pytest-xdist hands out
+    the groups in this order when told ``--no-loadscope-reorder``."""
+    items.sort(key=lambda item: not any(item.get_closest_marker(tier) for tier in ("kernel", "book", "browser")))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -203,6 +203,7 @@ def test_refuses_to_overwrite_then_force(tmp_path):
     assert b"my own work" not in learner_work.read_bytes()
 
 
+@pytest.mark.book  # writes the student edition of every chapter, as make book-student does
 def test_book_option_copies_the_book_around_the_notebooks(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     out = tmp_path / "student-book"
@@ -258,6 +259,7 @@ def test_no_solution_line_leaks(chapter):
 _DIRECTIVE_LEFT = re.compile(r'class="language-\{|:{3,}\s*\{|\{[\w:-]+\}<code>|\{[\w:-]+\}`|^\(\S+\)=$', re.MULTILINE)
 
 
+@pytest.mark.book  # writes the student edition of every chapter, as make book-student does
 @pytest.mark.skipif(not CHAPTERS, reason="no chapter notebook has exercises yet")
 def test_student_markdown_renders_with_no_myst_left(tmp_path):
     # Rendered as CommonMark, as Jupyter renders it: no directive fence (a code block whose language
@@ -275,6 +277,7 @@ def test_student_markdown_renders_with_no_myst_left(tmp_path):
             assert re.search(rf"<h3>Exercise {re.escape(exercise.id)} · [^<]+</h3>", html), exercise.id
 
 
+@pytest.mark.book  # writes the student edition of every chapter, as make book-student does
 def test_student_edition_carries_the_data_the_chapters_read(tmp_path):
     write_student_edition(CHAPTERS, tmp_path)
     data = ROOT / "book" / "data"
