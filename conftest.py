@@ -34,8 +34,9 @@ def pytest_itemcollected(item):
     ``browser`` for all the browser tests."""
     if type(item).__name__ == "IPyNbCell":
         item.add_marker(pytest.mark.kernel)
-    group = "browser" if item.get_closest_marker("browser") else item.nodeid.split("::")[0]
-    item.add_marker(pytest.mark.xdist_group(group))
+    if item.config.pluginmanager.hasplugin("xdist"):  # not under make test-each's -p no:xdist
+        group = "browser" if item.get_closest_marker("browser") else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(trylast=True)
