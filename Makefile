@@ -75,7 +75,7 @@ test: $(STAMP)
 	MHA_COURSE_REQUIRE_BOOK=1 $(BIN)/python -m pytest -n 2 --dist loadgroup --no-loadscope-reorder
 
 # The linter, then the package's unit, property and doc tests: no Jupyter kernel, no book build, no browser (the
-# tests marked kernel, book or browser are left to make test). About two minutes on two workers. CI runs it on Linux,
+# tests marked kernel, book or browser are left to make test). About three minutes on two workers. CI runs it on Linux,
 # macOS and Windows with Python 3.11 to 3.13 (.github/workflows/test.yml).
 .PHONY: check
 check: $(STAMP)
