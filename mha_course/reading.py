@@ -10,17 +10,22 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import io
 import os
 import sys
 import textwrap
+import tokenize
 from collections.abc import Callable, Iterator
 
 
 def source_excerpt(obj, start_at: str | None = None, end_at: str | None = None, width: int = 80) -> str:
     """The source of ``obj`` from the first line holding ``start_at`` to the next holding ``end_at``.
 
-    The excerpt is dedented; a line longer than ``width`` is broken at a space and continued on the
-    next line, indented four more and marked with ``\\`` at the break (Python's line continuation).
+    The excerpt is dedented, and every line of it fits ``width`` as valid Python: a long comment
+    goes on over more comment lines, each starting with ``#``; a long line's trailing comment moves,
+    so wrapped, to just above its code; and long code is broken at a space and continued on the next
+    line, indented four more and marked with ``\\`` at the break (Python's line continuation, which
+    inside a comment would be just a character).
 
     Raises:
         ValueError: if ``start_at`` or ``end_at`` is not in the source (the library changed: read the
@@ -48,11 +53,49 @@ def source_excerpt(obj, start_at: str | None = None, end_at: str | None = None, 
                              "that is.")
     shown = []
     for line in textwrap.dedent("\n".join(lines[first:last + 1])).splitlines():
-        indent = " " * (len(line) - len(line.lstrip()) + 4)
-        pieces = textwrap.wrap(line, width=width - 2, subsequent_indent=indent, break_long_words=False,
-                               drop_whitespace=True) if len(line) > width else [line]
-        shown += [piece + " \\" for piece in pieces[:-1]] + pieces[-1:]
+        shown += _fit(line, width)
     return "\n".join(shown)
+
+
+def _tokens(line: str) -> list[tokenize.TokenInfo]:
+    """The tokens of one source line, as far as they can be read alone (a bracket left open is fine)."""
+    read = []
+    try:
+        read.extend(tokenize.generate_tokens(io.StringIO(line + "\n").readline))
+    except (tokenize.TokenError, SyntaxError):  # a bracket or string left open: the tokens so far
+        pass
+    return read
+
+
+def _fit(line: str, width: int) -> list[str]:
+    """One source line as lines of at most ``width`` characters (but for a single word that is longer)."""
+    if len(line) <= width:
+        return [line]
+    margin = line[:len(line) - len(line.lstrip())]
+    tokens = _tokens(line)
+    at = next((t.start[1] for t in tokens if t.type == tokenize.COMMENT), None)  # a "#" in a string is not
+    if at is not None:  # the comment's words go on comment lines, at the code's margin
+        words = line[at:].lstrip("#").strip()
+        comment = textwrap.wrap(words, width=width, initial_indent=margin + "# ",
+                                subsequent_indent=margin + "# ", break_long_words=False)
+        code = line[:at].rstrip()
+        return comment + (_fit(code, width) if code.strip() else [])
+    # Code: broken at a space outside any string, so that the pieces join into the same statement.
+    strings = [(t.start[1], t.end[1]) for t in tokens if t.type == tokenize.STRING]
+    spaces = [i for i, c in enumerate(line) if c == " " and i > len(margin)
+              and not any(a <= i < b for a, b in strings)]
+    pieces, begin, prefix = [], 0, ""
+    while len(prefix) + len(line) - begin > width:
+        room = width - 2 - len(prefix)  # what fits before the " \\"
+        fitting = [i for i in spaces if begin < i <= begin + room]
+        later = [i for i in spaces if i > begin]
+        if not fitting and not later:
+            break
+        cut = fitting[-1] if fitting else later[0]
+        pieces.append(prefix + line[begin:cut].rstrip() + " \\")
+        begin = len(line) - len(line[cut:].lstrip(" "))
+        prefix = margin + "    "
+    return pieces + [prefix + line[begin:]]
 
 
 @contextlib.contextmanager

@@ -7,10 +7,11 @@ random unit vectors of ``key_dim`` numbers, values random; a pair counts as reca
 memory gives back for its key is closer to its own value than to any other. No training, float64,
 one seed: the same numbers on every machine (the function checks that no decision is a near tie).
 
-:func:`hybrid_cache_rows` measures, with :attr:`KVCache.nbytes <mha_course.KVCache.nbytes>`, what
-a Gated DeltaNet layer and an attention layer of Qwen3-Next-80B-A3B keep (its published shapes,
-:data:`QWEN3_NEXT_80B_A3B`), and what the model's 48 layers keep at 4k, 32k and 128k tokens:
-three Gated DeltaNet layers to one attention layer, as published, against attention in every layer.
+:func:`hybrid_cache_rows` reads what a Gated DeltaNet layer and an attention layer of Qwen3-Next-80B-A3B
+keep, measured with :attr:`KVCache.nbytes <mha_course.KVCache.nbytes>` on layers of its published shapes
+(:func:`mha_course.todays_caches.measured_layer_bytes`, where every layer's cache is counted and
+measured), and adds up what the model's 48 layers keep at 4k, 32k and 128k tokens: three Gated
+DeltaNet layers to one attention layer, as published, against attention in every layer.
 """
 
 from __future__ import annotations
@@ -18,10 +19,8 @@ from __future__ import annotations
 import torch
 
 from .attention.delta_rule import delta_rule_step
-from .attention.gated_deltanet import GatedDeltaNet
-from .attention.grouped_query import GroupedQueryAttention
-from .attention.kv_cache import KVCache
 from .tables import Table
+from .todays_caches import LENGTHS, PUBLISHED, cache_layers, measured_layer_bytes
 
 #: The ways of remembering the recall experiment compares, by name.
 MEMORIES = {"softmax": "softmax attention over the cache of every key and value",
@@ -94,80 +93,46 @@ def recall_table(rows: list[dict]) -> Table:
                                                "any other value written."])
 
 
-#: Qwen3-Next-80B-A3B's attention shapes, as published in its config.json
-#: (https://huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct): 48 layers, every fourth one attention.
-QWEN3_NEXT_80B_A3B = dict(num_layers=48, attention_every=4, num_key_value_heads=2, head_dim=256,
-                          linear_num_value_heads=32, linear_num_key_heads=16, linear_key_head_dim=128,
-                          linear_value_head_dim=128, linear_conv_kernel_dim=4)
-
-#: The lengths the caches are compared at.
-LENGTHS = (4096, 32768, 131072)
+#: The hybrid whose caches are compared: three Gated DeltaNet layers to one attention layer.
+HYBRID = "Qwen3-Next-80B-A3B"
 
 
-def measured_layer_bytes(shapes: dict = QWEN3_NEXT_80B_A3B, dtype=torch.bfloat16,
-                         prompts=(6, 600)) -> dict[str, int]:
-    """What one layer of each kind keeps, measured with ``KVCache.nbytes`` on small layers of the model's
-    cache shapes (their width ``d_in`` is 8: the cache does not depend on it).
-
-    Returns ``{"state": bytes after each prompt of prompts (one number if they agree), "kv_per_token":
-    bytes per token of an attention layer}``; raises if the state's bytes change with the prompt.
+def hybrid_cache_rows(name: str = HYBRID, lengths=LENGTHS, dtype=torch.bfloat16) -> list[dict]:
+    """Bytes kept for one sequence at each length: one Gated DeltaNet layer, one attention layer, the model as
+    published (:data:`~mha_course.todays_caches.PUBLISHED`: three Gated DeltaNet layers to one attention
+    layer) and the same layers all attention, from the layers measured by
+    :func:`~mha_course.todays_caches.measured_layer_bytes`.
 
     Example:
-        >>> sizes = measured_layer_bytes(dict(QWEN3_NEXT_80B_A3B, linear_num_value_heads=2,
-        ...                                   linear_num_key_heads=1, linear_key_head_dim=4,
-        ...                                   linear_value_head_dim=4), prompts=(3, 70))
-        >>> sizes["state"]  # a float32 state of 2 x 4 x 4, and 3 bfloat16 inputs of 2 x 4 + 8 channels
-        224
-        >>> sizes["kv_per_token"]  # a key and a value of 256 for each of 2 heads, in bfloat16
-        2048
+        >>> row = hybrid_cache_rows(lengths=[4096])[0]
+        >>> row["hybrid"] == 36 * row["state layer"] + 12 * row["attention layer"]
+        True
     """
-    s = shapes
-    torch.manual_seed(0)
-    layer = GatedDeltaNet(8, s["linear_num_value_heads"], s["linear_num_key_heads"], s["linear_key_head_dim"],
-                          s["linear_value_head_dim"], conv_size=s["linear_conv_kernel_dim"]).to(dtype).eval()
-    held = set()
-    for tokens in prompts:
-        cache = KVCache()
-        with torch.no_grad():
-            layer(torch.randn(1, tokens, 8, dtype=dtype), cache=cache)
-        held.add(cache.nbytes)
-    if len(held) != 1:
-        raise RuntimeError(f"the state's bytes changed with the prompt: {sorted(held)}")
-    heads, tokens = s["num_key_value_heads"], prompts[0]
-    attention = GroupedQueryAttention(8, heads * s["head_dim"], tokens, 0.0, heads, heads).to(dtype).eval()
-    cache = KVCache()
-    with torch.no_grad():
-        attention(torch.randn(1, tokens, 8, dtype=dtype), cache=cache)
-    return {"state": held.pop(), "kv_per_token": cache.nbytes // tokens}
-
-
-def hybrid_cache_rows(shapes: dict = QWEN3_NEXT_80B_A3B, lengths=LENGTHS, dtype=torch.bfloat16) -> list[dict]:
-    """Bytes kept for one sequence at each length: one Gated DeltaNet layer, one attention layer, the model as
-    published (three Gated DeltaNet layers to one attention layer) and the same layers all attention."""
-    measured = measured_layer_bytes(shapes, dtype)
-    attention_layers = shapes["num_layers"] // shapes["attention_every"]
-    state_layers = shapes["num_layers"] - attention_layers
+    measured = measured_layer_bytes(name, dtype=dtype)
+    kinds = [layer.kind for layer in cache_layers(PUBLISHED[name].config())]
+    state, full = measured["state"], measured["full"]
     rows = []
     for t in lengths:
-        kv = measured["kv_per_token"] * t
-        rows.append({"tokens": t, "state layer": measured["state"], "attention layer": kv,
-                     "hybrid": state_layers * measured["state"] + attention_layers * kv,
-                     "all attention": shapes["num_layers"] * kv})
+        held = {"state layer": state.per_token * t + state.fixed, "attention layer": full.per_token * t + full.fixed}
+        rows.append({"tokens": t, **held,
+                     "hybrid": kinds.count("state") * held["state layer"] + kinds.count("full") * held["attention layer"],
+                     "all attention": len(kinds) * held["attention layer"]})
     return rows
 
 
-def hybrid_cache_table(rows: list[dict]) -> Table:
+def hybrid_cache_table(rows: list[dict], name: str = HYBRID) -> Table:
     """:func:`hybrid_cache_rows` as a table."""
+    config = PUBLISHED[name].config()
+    kinds = [layer.kind for layer in cache_layers(config)]
     columns = ["tokens", "state layer", "attention layer", "hybrid", "all attention"]
     return Table(columns, [[r[c] for c in columns] for r in rows],
                  formats={c: "bytes" for c in columns[1:]},
-                 title="What Qwen3-Next-80B-A3B keeps for one sequence, a bfloat16 model, measured with "
-                 "KVCache.nbytes",
-                 notes=["state layer: the state in float32, as transformers keeps it, and the convolution's last "
-                        "3 inputs.",
-                        "hybrid: 36 Gated DeltaNet layers and 12 attention layers, as published; all attention: "
-                        "the 48 layers as attention layers."])
+                 title=f"What {name} keeps for one sequence, a bfloat16 model, measured with KVCache.nbytes",
+                 notes=["state layer: the state in float32, as transformers and the course keep it, and the convolution's last "
+                        f"{config.linear_conv_kernel_dim - 1} inputs.",
+                        f"hybrid: {kinds.count('state')} Gated DeltaNet layers and {kinds.count('full')} attention "
+                        f"layers, as published; all attention: the {len(kinds)} layers as attention layers."])
 
 
-__all__ = ["MEMORIES", "recalled", "recall_experiment", "recall_table", "QWEN3_NEXT_80B_A3B", "LENGTHS",
-           "measured_layer_bytes", "hybrid_cache_rows", "hybrid_cache_table"]
+__all__ = ["MEMORIES", "recalled", "recall_experiment", "recall_table", "HYBRID", "hybrid_cache_rows",
+           "hybrid_cache_table"]

@@ -9,16 +9,21 @@ reads, layer by layer, what a layer keeps for the tokens it has seen:
   (multi-head, grouped-query and multi-query attention);
 * ``latent``: DeepSeek's latent and rotated key, ``kv_lora_rank + qk_rope_head_dim`` per token;
 * ``window``: keys and values of the last ``sliding_window`` positions only;
-* ``state``: a fixed-size recurrent state and the last inputs of a short convolution (Gated
-  DeltaNet, in Qwen3-Next), whatever the length;
+* ``state``: a fixed-size recurrent state and the last ``conv_kernel - 1`` inputs of a short
+  convolution (Gated DeltaNet, in Qwen3-Next), whatever the length. The state is kept in float32 in a
+  half-precision model, as transformers and the course keep it; the inputs are all the next step
+  needs (transformers keeps one more per channel, ``conv_kernel`` in all);
 * ``shared``: nothing of its own; the layer reads an earlier layer's keys and values (Gemma 4's
   last ``num_kv_shared_layers``).
 
 :func:`cache_bytes` adds them up at a length; :func:`cache_table` sets the models side by side.
-:func:`measured_bytes_per_token` builds one small layer of the course for each kind it has
-(``full`` as :class:`~mha_course.GroupedQueryAttention`, ``latent`` as
-:class:`~mha_course.MultiHeadLatentAttention` converted from transformers' DeepSeek-V3 layer) with a
-model's cache sizes and measures :attr:`KVCache.nbytes <mha_course.KVCache.nbytes>` after a prompt.
+:func:`measured_layer_bytes` builds one small layer of the course for each kind it has (``full`` as
+:class:`~mha_course.GroupedQueryAttention`, ``latent`` as :class:`~mha_course.MultiHeadLatentAttention`
+converted from transformers' DeepSeek-V3 layer, ``state`` as
+:class:`~mha_course.attention.gated_deltanet.GatedDeltaNet`) with a model's cache sizes and measures
+:attr:`KVCache.nbytes <mha_course.KVCache.nbytes>` after two prompts: what a token adds, and what is
+held whatever the length. This module is where a layer's cache is counted and measured;
+:mod:`mha_course.state_memory` reads Qwen3-Next's from it.
 :func:`measured_sharing` runs a small Gemma 4 in transformers with and without cross-layer sharing
 and measures what its cache holds. transformers is imported only by the functions that build.
 """
@@ -27,16 +32,30 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
-from .tables import Table
+from .tables import Table, format_bytes
 
 #: The lengths the table and the figure read the caches at.
 LENGTHS = (4096, 32768, 131072)
 
 #: Bytes per number of the caches compared: bfloat16, as the models are served.
 BYTES_PER_NUMBER = 2
+
+
+def state_bytes_per_number(bytes_per_number: int = BYTES_PER_NUMBER) -> int:
+    """Bytes per number of a recurrent state in a model of ``bytes_per_number``: float32 in half precision.
+
+    transformers' Gated DeltaNet and the course's run the delta rule in float32 for a float16 or
+    bfloat16 model (``score_dtype``) and keep the state so.
+
+    Example:
+        >>> state_bytes_per_number(2), state_bytes_per_number(8)
+        (4, 8)
+    """
+    return max(bytes_per_number, 4)
 
 
 def _repeat(num_layers: int, pattern: list[str]) -> list[str]:
@@ -96,22 +115,27 @@ PUBLISHED = {p.name: p for p in (
 @dataclass(frozen=True)
 class LayerCache:
     """What one layer keeps: ``per_token`` numbers per position (all of them, or the last ``window``),
-    plus ``fixed`` numbers whatever the length."""
+    ``fixed`` numbers whatever the length, and a recurrent ``state`` of that many numbers, which a
+    half-precision model keeps in float32 (:func:`state_bytes_per_number`)."""
 
     kind: str  # full, latent, window, state or shared
     per_token: int = 0
     window: int | None = None
     fixed: int = 0
+    state: int = 0
 
-    def numbers(self, num_tokens: int) -> int:
-        """Numbers held after ``num_tokens`` tokens.
+    def nbytes(self, num_tokens: int, bytes_per_number: int = BYTES_PER_NUMBER) -> int:
+        """Bytes held after ``num_tokens`` tokens, in a model of ``bytes_per_number``.
 
         Example:
-            >>> LayerCache("window", per_token=8, window=4).numbers(10)
-            32
+            >>> LayerCache("window", per_token=8, window=4).nbytes(10)  # 4 positions of 8 bfloat16 numbers
+            64
+            >>> LayerCache("state", fixed=6, state=16).nbytes(10)  # 6 bfloat16 inputs, 16 float32 numbers
+            76
         """
         held = num_tokens if self.window is None else min(num_tokens, self.window)
-        return self.per_token * held + self.fixed
+        return ((self.per_token * held + self.fixed) * bytes_per_number
+                + self.state * state_bytes_per_number(bytes_per_number))
 
 
 def cache_layers(config) -> list[LayerCache]:
@@ -120,7 +144,9 @@ def cache_layers(config) -> list[LayerCache]:
     Example:
         >>> layers = cache_layers(PUBLISHED["DeepSeek-V3"].config())
         >>> len(layers), layers[0]
-        (61, LayerCache(kind='latent', per_token=576, window=None, fixed=0))
+        (61, LayerCache(kind='latent', per_token=576, window=None, fixed=0, state=0))
+        >>> cache_layers(PUBLISHED["Qwen3-Next-80B-A3B"].config())[0]  # 3 inputs of 8,192 channels; 32 x 128 x 128
+        LayerCache(kind='state', per_token=0, window=None, fixed=24576, state=524288)
     """
     if getattr(config, "kv_lora_rank", None):  # DeepSeek's latent attention
         return [LayerCache("latent", config.kv_lora_rank + config.qk_rope_head_dim)] * config.num_hidden_layers
@@ -140,8 +166,10 @@ def cache_layers(config) -> list[LayerCache]:
             key_width = config.linear_num_key_heads * config.linear_key_head_dim
             value_width = config.linear_num_value_heads * config.linear_value_head_dim
             state = config.linear_num_value_heads * config.linear_key_head_dim * config.linear_value_head_dim
-            convolved = (2 * key_width + value_width) * config.linear_conv_kernel_dim  # as transformers keeps it
-            layers.append(LayerCache("state", fixed=state + convolved))
+            # the convolution's last kernel - 1 inputs of its query, key and value channels: all the next
+            # step needs, as the course's layer keeps them (transformers keeps kernel inputs)
+            convolved = (2 * key_width + value_width) * (config.linear_conv_kernel_dim - 1)
+            layers.append(LayerCache("state", fixed=convolved, state=state))
         else:
             raise ValueError(f"layer {index} is of type {kind!r}, which cache_layers does not know: it reads "
                              "full_attention, sliding_attention and linear_attention layers.")
@@ -155,7 +183,7 @@ def cache_bytes(config, num_tokens: int, batch: int = 1, bytes_per_number: int =
         >>> cache_bytes(PUBLISHED["Llama-3.1-8B"].config(), 1)  # 32 layers x 8 heads x 128 x 2 x 2 bytes
         131072
     """
-    return batch * bytes_per_number * sum(layer.numbers(num_tokens) for layer in cache_layers(config))
+    return batch * sum(layer.nbytes(num_tokens, bytes_per_number) for layer in cache_layers(config))
 
 
 def describe_layers(layers: list[LayerCache]) -> str:
@@ -194,20 +222,46 @@ def cache_table(names=None, lengths=LENGTHS, bytes_per_number: int = BYTES_PER_N
     return Table(columns, [[r["name"], r["layers"], r["per_token"], *r["bytes"].values()] for r in rows],
                  title="The cache of one sequence, every layer, in bfloat16", formats=formats,
                  notes=["per token: what each further token adds once the windows are full.",
-                        "window W: keys and values of the last W positions; state: fixed-size recurrent state; "
-                        "shared: reads an earlier layer's keys and values."])
+                        "window W: keys and values of the last W positions; shared: reads an earlier layer's keys "
+                        "and values.",
+                        "state: Gated DeltaNet's recurrent state, in float32 as transformers and the course keep it, "
+                        "and its convolution's last kernel - 1 inputs, all the next step needs (transformers keeps "
+                        "one more)."])
 
 
-def measured_bytes_per_token(name: str, num_tokens: int = 6, dtype=torch.bfloat16) -> dict[str, int]:
-    """Bytes per token per layer, measured with ``KVCache.nbytes`` on one small layer of each kind the
-    course builds (``full`` and ``latent``) with the cache sizes of model ``name``.
+class Held(NamedTuple):
+    """Bytes a layer's cache holds for one sequence: ``per_token`` for each position, ``fixed`` whatever the
+    length."""
 
-    The layers are small where the cache does not depend on the size (the model's width and, for
-    latent attention, its number of heads); their key/value heads, head width, latent and rotated
-    widths are the model's. Kinds the course does not build yet are left out.
+    per_token: int
+    fixed: int
+
+    def __str__(self) -> str:
+        """``"4.00 KiB a token"``, ``"2.05 MiB"``, or both joined by ``+``."""
+        parts = [f"{format_bytes(self.per_token)} a token"] if self.per_token else []
+        if self.fixed or not parts:
+            parts.append(format_bytes(self.fixed))
+        return " + ".join(parts)
+
+
+def counted_held(layer: LayerCache, bytes_per_number: int = BYTES_PER_NUMBER) -> Held:
+    """What :func:`cache_layers` counts for ``layer``, in bytes: before any window is full.
+
+    Example:
+        >>> print(counted_held(LayerCache("state", fixed=3, state=4)))  # 3 bfloat16 numbers, 4 float32
+        22 B
     """
+    fixed = layer.nbytes(0, bytes_per_number)
+    return Held(layer.nbytes(1, bytes_per_number) - fixed, fixed)
+
+
+def _small_layers(name: str, context_length: int) -> dict:
+    """One small layer of the course for each kind of model ``name``'s layers the course builds, with the
+    model's cache sizes: its key/value heads and head width, its latent and rotated widths, its Gated DeltaNet
+    heads, state and convolution. Their width (and a latent layer's heads) are small: the cache does not
+    depend on them."""
+    from .attention.gated_deltanet import GatedDeltaNet
     from .attention.grouped_query import GroupedQueryAttention
-    from .attention.kv_cache import KVCache
     from .convert.deepseek import from_deepseek_v3_attention
 
     config = PUBLISHED[name].config()
@@ -224,15 +278,68 @@ def measured_bytes_per_token(name: str, num_tokens: int = 6, dtype=torch.bfloat1
         if getattr(config, "is_heterogeneous", False):  # the full layers' own sizes
             own = config.per_layer_config[config.layer_types.index("full_attention")]
         heads, head_dim = own.num_key_value_heads, own.head_dim
-        layers["full"] = GroupedQueryAttention(8, heads * head_dim, num_tokens, 0.0, heads, heads)
+        layers["full"] = GroupedQueryAttention(8, heads * head_dim, context_length, 0.0, heads, heads)
+        # the explicit path keeps the same cache and runs in bfloat16 on any processor: PyTorch's fused
+        # kernel on the CPU wants AVX-512 for bfloat16 prompts past a few tokens
+        layers["full"].use_sdpa = False
+    if "state" in kinds:
+        layers["state"] = GatedDeltaNet(8, config.linear_num_value_heads, config.linear_num_key_heads,
+                                        config.linear_key_head_dim, config.linear_value_head_dim,
+                                        conv_size=config.linear_conv_kernel_dim)
+    return layers
+
+
+def measured_layer_bytes(name: str, prompts: tuple[int, int] = (6, 70), dtype=torch.bfloat16) -> dict[str, Held]:
+    """What one layer of each kind the course builds keeps for one sequence of model ``name``, measured.
+
+    Each small layer of :func:`_small_layers`, in ``dtype``, runs the two ``prompts`` (the longer one
+    past a Gated DeltaNet's first chunk of 64 tokens); its :attr:`KVCache.nbytes
+    <mha_course.KVCache.nbytes>` after each gives what a token adds and what is held whatever the
+    length. Kinds the course does not build yet are left out.
+
+    Example:
+        >>> held = measured_layer_bytes("Qwen3-Next-80B-A3B")
+        >>> held["full"].per_token, held["state"].per_token  # a key and a value of 2 x 256; a fixed state
+        (2048, 0)
+    """
+    from .attention.kv_cache import KVCache
+
+    short, long = prompts
     measured = {}
-    for kind, layer in layers.items():
-        cache = KVCache()
+    for kind, layer in _small_layers(name, long).items():
         layer = layer.to(dtype).eval()
-        with torch.no_grad():
-            layer(torch.randn(1, num_tokens, layer.d_in, dtype=dtype), cache=cache)
-        measured[kind] = cache.nbytes // num_tokens
+        held = []
+        for num_tokens in prompts:
+            cache = KVCache()
+            with torch.no_grad():
+                layer(torch.randn(1, num_tokens, layer.d_in, dtype=dtype), cache=cache)
+            held.append(cache.nbytes)
+        per_token, rest = divmod(held[1] - held[0], long - short)
+        if rest:
+            raise RuntimeError(f"{name}: a {kind} layer's cache grew by {held[1] - held[0]} bytes over "
+                               f"{long - short} tokens, not a whole number of bytes a token.")
+        measured[kind] = Held(per_token, held[0] - per_token * short)
     return measured
+
+
+def layer_checks(names=None, bytes_per_number: int = BYTES_PER_NUMBER) -> list[dict]:
+    """For each model and each kind of its layers the course builds: ``name``, ``kind``, ``counted`` and
+    ``measured`` (:class:`Held`, a bfloat16 model), and whether they are ``equal``."""
+    rows = []
+    for name in names or PUBLISHED:
+        counted = {layer.kind: counted_held(layer, bytes_per_number) for layer in cache_layers(PUBLISHED[name].config())}
+        for kind, measured in measured_layer_bytes(name).items():
+            rows.append({"name": name, "kind": kind, "counted": counted[kind], "measured": measured,
+                         "equal": counted[kind] == measured})
+    return rows
+
+
+def layer_check_table(rows: list[dict]) -> Table:
+    """:func:`layer_checks` as a table."""
+    return Table(["model", "layer kind", "counted", "measured", "equal"],
+                 [[r["name"], r["kind"], str(r["counted"]), str(r["measured"]), r["equal"]] for r in rows],
+                 title="What one layer keeps for one sequence: counted, and measured with KVCache.nbytes",
+                 notes=["a token: what each token adds; without it: what the layer holds whatever the length."])
 
 
 def measured_sharing(num_tokens: int = 8) -> dict[str, int]:

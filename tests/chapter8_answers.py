@@ -1,14 +1,13 @@
 """Answers to the exercise of chapter 8 for the check tests: correct ones, and one per catalogued mistake.
 
 Written the way a learner would write them, independently of the catalogue's own detector
-(:func:`mha_course.exercises.chapter8.mapping_variant`), so a test passes only if the catalogue
+(:func:`mha_course.exercises.chapter8.state_variant`), so a test passes only if the catalogue
 recognises real code.
 """
 
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 import mha_course
 
@@ -16,172 +15,112 @@ import mha_course
 # 8.1
 
 
-def _copy(attention, mha, *, transpose=True, out_transpose=True, order=("q", "k", "v"), qkv_bias=True,
-          out_bias=True, out_proj=True, per_head=False, no_grad=True):
-    d = mha.d_out
-    w, b = attention.c_attn.weight, attention.c_attn.bias  # (d, 3d), (3d,)
-    if per_head:
-        h, d_h = mha.num_heads, d // mha.num_heads
-        w = w.view(d, h, 3, d_h)
-        b = b.view(h, 3, d_h)
-        parts = {role: (w[:, :, i].reshape(d, d), b[:, i].reshape(d)) for i, role in enumerate("qkv")}
+def _state(mha, *, transpose=True, out_transpose=True, order=("q", "k", "v"), per_head=False, biases=True,
+           rows=False):
+    layers = {"q": mha.W_query, "k": mha.W_key, "v": mha.W_value}
+    weights = [layers[role].weight for role in order]  # (d, d_in) each
+    if rows:  # stacked as nn.Linear keeps them: (3d, d_in)
+        weight = torch.cat(weights, dim=0)
+    elif per_head:
+        h, d_h = mha.num_heads, mha.d_out // mha.num_heads
+        blocks = [w.T.reshape(-1, h, d_h) for w in weights]  # (d_in, h, d_h) each
+        weight = torch.stack(blocks, dim=2).reshape(mha.d_in, -1)
     else:
-        parts = {role: (w[:, i * d:(i + 1) * d], b[i * d:(i + 1) * d]) for i, role in enumerate("qkv")}
-    context = torch.no_grad() if no_grad else torch.enable_grad()
-    with context:
-        for linear, role in zip((mha.W_query, mha.W_key, mha.W_value), order):
-            weight, bias = parts[role]
-            linear.weight.copy_(weight.T if transpose else weight)
-            if qkv_bias:
-                linear.bias.copy_(bias)
-        if out_proj:
-            c_proj = attention.c_proj.weight
-            mha.out_proj.weight.copy_(c_proj.T if transpose and out_transpose else c_proj)
-            if out_bias:
-                mha.out_proj.bias.copy_(attention.c_proj.bias)
-    return mha
+        weight = torch.cat([w.T if transpose else w for w in weights], dim=1)  # (d_in, 3d)
+    state = {"c_attn.weight": weight.detach().clone(),
+             "c_proj.weight": (mha.out_proj.weight.T if transpose and out_transpose
+                               else mha.out_proj.weight).detach().clone()}
+    if biases:
+        if per_head:
+            h, d_h = mha.num_heads, mha.d_out // mha.num_heads
+            bias = torch.stack([layers[r].bias.reshape(h, d_h) for r in order], dim=1).reshape(-1)
+        else:
+            bias = torch.cat([layers[role].bias for role in order])
+        state["c_attn.bias"] = bias.detach().clone()
+        state["c_proj.bias"] = mha.out_proj.bias.detach().clone()
+    return state
 
 
-def copy_gpt2_weights(attention, mha):
-    return _copy(attention, mha)
+def gpt2_state_dict(mha):
+    return _state(mha)
 
 
-def _by_split(attention, mha):  # also correct: split the output width, as GPT-2's forward does
-    q, k, v = attention.c_attn.weight.split(mha.d_out, dim=1)
-    qb, kb, vb = attention.c_attn.bias.split(mha.d_out)
+def _by_stack(mha):  # also correct: stack as one nn.Linear would, then transpose once
+    from mha_course import stack_qkv
+
+    weight = stack_qkv(mha.W_query.weight, mha.W_key.weight, mha.W_value.weight)  # (3d, d_in)
+    bias = stack_qkv(mha.W_query.bias, mha.W_key.bias, mha.W_value.bias)
     with torch.no_grad():
-        for linear, w, b in zip((mha.W_query, mha.W_key, mha.W_value), (q, k, v), (qb, kb, vb)):
-            linear.weight.copy_(w.t())
-            linear.bias.copy_(b)
-        mha.out_proj.load_state_dict({"weight": attention.c_proj.weight.t(), "bias": attention.c_proj.bias})
-    return mha
+        return {"c_attn.weight": weight.T.contiguous(), "c_attn.bias": bias.clone(),
+                "c_proj.weight": mha.out_proj.weight.t().clone(), "c_proj.bias": mha.out_proj.bias.clone()}
 
 
-def _by_state_dict(attention, mha):  # also correct: one load_state_dict, the mask kept
-    w, b = attention.c_attn.weight.detach(), attention.c_attn.bias.detach()
-    d = mha.d_out
-    state = {"mask": mha.mask}
-    for i, role in enumerate(("W_query", "W_key", "W_value")):
-        state[f"{role}.weight"] = w[:, i * d:(i + 1) * d].T.clone()
-        state[f"{role}.bias"] = b[i * d:(i + 1) * d].clone()
-    state["out_proj.weight"] = attention.c_proj.weight.detach().T.clone()
-    state["out_proj.bias"] = attention.c_proj.bias.detach().clone()
-    mha.load_state_dict(state)
-    return mha
+def _views(mha):  # also correct: views of mha's own tensors, which the load copies
+    return {"c_attn.weight": torch.cat([mha.W_query.weight, mha.W_key.weight, mha.W_value.weight]).T,
+            "c_attn.bias": torch.cat([mha.W_query.bias, mha.W_key.bias, mha.W_value.bias]),
+            "c_proj.weight": mha.out_proj.weight.T, "c_proj.bias": mha.out_proj.bias}
 
 
 def _with(**how):
-    return lambda attention, mha: _copy(attention, mha, **how)
+    return lambda mha: _state(mha, **how)
 
 
-def _chunk_rows(attention, mha):  # the (d, 3d) weight cut along the wrong axis
+def _no_return(mha):
+    _state(mha)
+
+
+def _course_names(mha):  # the course's own state dict, under its own names
+    return {name: value.detach().clone() for name, value in mha.state_dict().items() if name != "mask"}
+
+
+def _changes_mha(mha):  # transposes mha's weights in place on the way
     with torch.no_grad():
-        for linear, w in zip((mha.W_query, mha.W_key, mha.W_value), attention.c_attn.weight.chunk(3, dim=0)):
-            linear.weight.copy_(w)
-    return mha
+        for linear in (mha.W_query, mha.W_key, mha.W_value, mha.out_proj):
+            linear.weight.data = linear.weight.data.t().contiguous()
+    return {"c_attn.weight": torch.cat([mha.W_query.weight, mha.W_key.weight, mha.W_value.weight], dim=1),
+            "c_attn.bias": torch.cat([mha.W_query.bias, mha.W_key.bias, mha.W_value.bias]),
+            "c_proj.weight": mha.out_proj.weight, "c_proj.bias": mha.out_proj.bias}
 
 
-def _new_module(attention, mha):
-    from mha_course import MultiHeadAttention
+def _read_off_the_package(mha):
+    """Learns where each number goes by converting a GPT-2 layer whose weights are their own indices."""
+    from transformers import GPT2Config
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
 
-    fresh = MultiHeadAttention(mha.d_in, mha.d_out, mha.context_length, 0.0, mha.num_heads, qkv_bias=True)
-    return _copy(attention, fresh)
-
-
-def _shared(attention, mha):
     d = mha.d_out
-    w, b = attention.c_attn.weight, attention.c_attn.bias
-    for i, linear in enumerate((mha.W_query, mha.W_key, mha.W_value)):
-        linear.weight = nn.Parameter(w[:, i * d:(i + 1) * d].T)
-        linear.bias = nn.Parameter(b[i * d:(i + 1) * d])
-    mha.out_proj.weight = nn.Parameter(attention.c_proj.weight.T)
-    mha.out_proj.bias = nn.Parameter(attention.c_proj.bias)
-    return mha
-
-
-def _plain_tensors(attention, mha):
-    d = mha.d_out
-    w, b = attention.c_attn.weight.detach(), attention.c_attn.bias.detach()
-    for i, linear in enumerate((mha.W_query, mha.W_key, mha.W_value)):
-        del linear.weight, linear.bias
-        linear.weight = w[:, i * d:(i + 1) * d].T.clone()
-        linear.bias = b[i * d:(i + 1) * d].clone()
+    layer = GPT2Attention(GPT2Config(n_embd=d, n_head=mha.num_heads), layer_idx=0)
     with torch.no_grad():
-        mha.out_proj.weight.copy_(attention.c_proj.weight.T)
-        mha.out_proj.bias.copy_(attention.c_proj.bias)
-    return mha
+        layer.c_attn.weight.copy_(torch.arange(3 * d * d, dtype=torch.float32).view(d, 3 * d))
+    where = mha_course.from_gpt2_attention(layer)
+    order = torch.cat([where.W_query.weight, where.W_key.weight, where.W_value.weight]).flatten().long()
+    ours = torch.cat([mha.W_query.weight, mha.W_key.weight, mha.W_value.weight]).flatten()
+    weight = torch.empty(3 * d * d)
+    weight[order] = ours.detach()
+    state = _state(mha)
+    state["c_attn.weight"] = weight.view(d, 3 * d)
+    return state
 
 
-def _frozen(attention, mha):
-    _copy(attention, mha)
-    for p in mha.parameters():
-        p.requires_grad_(False)
-    return mha
-
-
-def _no_return(attention, mha):  # right copies, but nothing returned
-    _copy(attention, mha)
-
-
-def _gpt2_call(attention, x):
-    t = x.shape[1]
-    mask = torch.zeros(t, t, dtype=x.dtype).masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
-    return attention(x, attention_mask=mask[None, None])[0]
-
-
-def _forward_replaced(attention, mha):  # nothing copied: mha now calls GPT-2 itself
-    mha.forward = lambda x: _gpt2_call(attention, x)
-    return mha
-
-
-def _class_swapped(attention, mha):  # the same trick, by swapping the module's class
-    class CallsGPT2(type(mha)):
-        def forward(self, x):
-            return _gpt2_call(attention, x)
-
-    mha.__class__ = CallsGPT2
-    return mha
-
-
-def _copied_and_forward_replaced(attention, mha):  # weights copied, yet its own forward not used
-    _copy(attention, mha)
-    return _forward_replaced(attention, mha)
-
-
-def _by_the_package(attention, mha):
-    return mha.load_state_dict(mha_course.from_gpt2_attention(attention).state_dict())
-
-
-CORRECT = {"8.1": copy_gpt2_weights}
+CORRECT = {"8.1": gpt2_state_dict}
 
 #: More correct answers, written differently.
-ALSO_CORRECT = {"8.1": [_by_split, _by_state_dict]}
+ALSO_CORRECT = {"8.1": [_by_stack, _views]}
 
 WRONG = {
-    ("8.1", "needs-no-grad"): _with(no_grad=False),
-    ("8.1", "shapes-do-not-fit"): _chunk_rows,
-    ("8.1", "not-in-place"): _new_module,
+    ("8.1", "no-return"): _no_return,
+    ("8.1", "course-names"): _course_names,
+    ("8.1", "bias-left-out"): _with(biases=False),
+    ("8.1", "mha-changed"): _changes_mha,
+    ("8.1", "shapes-do-not-fit"): _with(rows=True),
     ("8.1", "not-transposed"): _with(transpose=False),
     ("8.1", "c-proj-not-transposed"): _with(out_transpose=False),
     ("8.1", "qkv-order"): _with(order=("k", "q", "v")),
     ("8.1", "split-per-head"): _with(per_head=True),
-    ("8.1", "qkv-biases-dropped"): _with(qkv_bias=False),
-    ("8.1", "out-bias-dropped"): _with(out_bias=False),
-    ("8.1", "out-proj-left"): _with(out_proj=False),
-    ("8.1", "shared"): _shared,
-    ("8.1", "plain-tensors"): _plain_tensors,
-    ("8.1", "frozen"): _frozen,
-    ("8.1", "no-return"): _no_return,
-    ("8.1", "forward-replaced"): _forward_replaced,
 }
-
-#: Answers that give GPT-2's output without what the exercise asks: each must fail (not caught as a
-#: catalogued mistake's only example above, and kept here so the tests see every trick).
-TRICKS = {"class-swapped": _class_swapped, "copied-and-forward-replaced": _copied_and_forward_replaced}
 
 #: Answers that are, or call, the package's own answer (or the checks' own): refused, naming what
 #: they use. Name -> (exercise, answer, what the message names).
 BY_THE_PACKAGE = {
-    "8.1 is from_gpt2_attention": ("8.1", mha_course.from_gpt2_attention, "mha_course's own from_gpt2_attention"),
-    "8.1 loads from_gpt2_attention": ("8.1", _by_the_package, "mha_course's own from_gpt2_attention"),
+    "8.1 reads the mapping off from_gpt2_attention": ("8.1", _read_off_the_package,
+                                                      "mha_course's own from_gpt2_attention"),
 }

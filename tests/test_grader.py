@@ -459,18 +459,14 @@ HONEST_BINDINGS = [
     "    return 'cut' if last_key > q_start else 'computed'\n"
     "tile_kind = functools.lru_cache(maxsize=None)(_kind)",
     'check("7.2", tile_kind)',
-    "def _copy(attention, mha, transpose):\n"
-    "    q, k, v = attention.c_attn.weight.split(mha.d_out, dim=1)\n"
-    "    qb, kb, vb = attention.c_attn.bias.split(mha.d_out)\n"
-    "    with torch.no_grad():\n"
-    "        for linear, w, b in zip((mha.W_query, mha.W_key, mha.W_value), (q, k, v), (qb, kb, vb)):\n"
-    "            linear.weight.copy_(w.t() if transpose else w)\n"
-    "            linear.bias.copy_(b)\n"
-    "        mha.out_proj.weight.copy_(attention.c_proj.weight.t() if transpose else attention.c_proj.weight)\n"
-    "        mha.out_proj.bias.copy_(attention.c_proj.bias)\n"
-    "    return mha\n"
-    "copy_gpt2_weights = functools.partial(_copy, transpose=True)",
-    'check("8.1", copy_gpt2_weights)',
+    "def _state(mha, transpose):\n"
+    "    layers = (mha.W_query, mha.W_key, mha.W_value)\n"
+    "    weight = torch.cat([l.weight.T if transpose else l.weight for l in layers], dim=1)\n"
+    "    out = mha.out_proj.weight.T if transpose else mha.out_proj.weight\n"
+    "    return {'c_attn.weight': weight, 'c_attn.bias': torch.cat([l.bias for l in layers]),\n"
+    "            'c_proj.weight': out, 'c_proj.bias': mha.out_proj.bias}\n"
+    "gpt2_state_dict = functools.partial(_state, transpose=True)",
+    'check("8.1", gpt2_state_dict)',
     "KEYS_AND_VALUES = int(torch.tensor(2))",
     "kv_cache_size = lambda num_layers, num_heads, num_kv_groups, head_dim, num_tokens, batch_size, bytes_per_number: (\n"
     "    KEYS_AND_VALUES * num_layers * num_kv_groups * head_dim * num_tokens * batch_size * bytes_per_number)",

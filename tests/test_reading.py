@@ -17,13 +17,39 @@ def test_an_excerpt_runs_from_start_at_to_end_at_dedented():
     assert source_excerpt(_long).splitlines()[0] == "def _long(x):"
 
 
-def test_a_long_line_is_broken_at_a_space_and_marked():
+def _wrapped(x):
+    # a comment line that runs on and on, long enough to pass the eighty characters of the book's code column
+    label = "a # in a string is no comment; this one is long enough to break" + str(x)
+    return label
+
+
+def test_a_long_trailing_comment_goes_above_its_code_on_comment_lines():
     lines = source_excerpt(_long, start_at="total =", end_at="total =").splitlines()
-    assert len(lines) == 2 and all(len(line) <= 80 for line in lines)
-    assert lines[0].endswith(" \\") and lines[1].startswith("    ")
-    assert " ".join(part.rstrip(" \\").strip() for part in lines).split() == (
-        "total = x + 1  # a comment long enough to push this line well past the eighty characters of the "
-        "column").split()
+    assert all(len(line) <= 80 for line in lines) and lines[-1] == "total = x + 1"
+    assert all(line.startswith("# ") and not line.endswith("\\") for line in lines[:-1]), lines
+    assert " ".join(line.lstrip("# ") for line in lines[:-1]).split() == (
+        "a comment long enough to push this line well past the eighty characters of the column").split()
+
+
+def test_a_long_comment_goes_on_as_comments_and_long_code_with_a_backslash():
+    lines = source_excerpt(_wrapped, start_at="# a comment", end_at="label =").splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    comments = [line for line in lines if line.startswith("#")]
+    assert len(comments) == 2 and not any(line.endswith("\\") for line in comments)
+    code = lines[len(comments):]  # the "#" inside the string did not make a comment of it
+    assert len(code) == 2 and code[0].endswith(" \\") and code[1].startswith("    ")
+
+
+def test_a_wrapped_excerpt_is_the_same_python():
+    import ast
+    import inspect
+    import textwrap
+
+    for function in (_long, _wrapped):
+        original = ast.dump(ast.parse(textwrap.dedent(inspect.getsource(function))))
+        excerpt = source_excerpt(function)
+        assert all(len(line) <= 80 for line in excerpt.splitlines())
+        assert ast.dump(ast.parse(excerpt)) == original, excerpt
 
 
 def test_a_marker_that_is_not_there_is_named():

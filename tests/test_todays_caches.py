@@ -7,20 +7,41 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mha_course.todays_caches import (PUBLISHED, cache_bytes, cache_layers, cache_rows, cache_table,
-                                      measured_bytes_per_token, measured_sharing)
+from mha_course.todays_caches import (PUBLISHED, Held, LayerCache, cache_bytes, cache_layers, cache_rows, cache_table,
+                                      counted_held, layer_check_table, layer_checks, measured_layer_bytes,
+                                      measured_sharing)
 
 transformers = pytest.importorskip("transformers")
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
-def test_the_bytes_per_token_measured_on_small_layers_are_the_counted_ones(name):
+def test_what_small_layers_keep_is_what_is_counted(name):
     layers = cache_layers(PUBLISHED[name].config())
-    measured = measured_bytes_per_token(name)
+    measured = measured_layer_bytes(name)
     assert measured, f"{name}: no kind of its layers was measured"
-    for kind, per_token in measured.items():
-        counted = {layer.per_token for layer in layers if layer.kind == kind}
-        assert counted == {per_token // 2}, f"{name}: {kind} layers hold {counted} numbers a token, measured {per_token} bytes"
+    for kind, held in measured.items():
+        counted = {counted_held(layer) for layer in layers if layer.kind == kind}
+        assert counted == {held}, f"{name}: {kind} layers counted {counted}, measured {held}"
+
+
+def test_a_gated_deltanet_layer_keeps_a_float32_state_and_the_last_kernel_minus_one_inputs():
+    """Qwen3-Next-80B-A3B in bfloat16: 32 states of 128 x 128 in float32, and 3 inputs of the convolution's
+    2 x 16 x 128 query and key channels and 32 x 128 value channels in bfloat16; nothing per token."""
+    state = 32 * 128 * 128 * 4
+    inputs = (2 * 16 * 128 + 32 * 128) * 3 * 2
+    assert measured_layer_bytes("Qwen3-Next-80B-A3B")["state"] == Held(0, state + inputs)
+    assert counted_held(cache_layers(PUBLISHED["Qwen3-Next-80B-A3B"].config())[0]) == Held(0, state + inputs)
+    rows = {r["name"]: r for r in cache_rows(["Qwen3-Next-80B-A3B"], lengths=[4096])}
+    assert rows["Qwen3-Next-80B-A3B"]["bytes"][4096] == 36 * (state + inputs) + 12 * 2 * 2 * 256 * 2 * 4096
+
+
+def test_the_check_table_says_what_a_layer_keeps_and_whether_count_and_measure_agree():
+    rows = layer_checks(["Qwen3-Next-80B-A3B"])
+    assert [(r["kind"], r["equal"]) for r in rows] == [("full", True), ("state", True)]
+    text = str(layer_check_table(rows))
+    assert "2.00 KiB a token" in text and "2.05 MiB" in text
+    assert str(Held(8, 2**20)) == "8 B a token + 1.00 MiB" and str(Held(0, 0)) == "0 B"
+    assert LayerCache("state", fixed=2, state=2).nbytes(5, bytes_per_number=8) == 32  # float64: no float32 state
 
 
 def test_deepseek_v3_caches_what_its_papers_say():
@@ -54,10 +75,12 @@ def _held(cache_layer) -> int:
 
 
 def test_a_window_and_a_recurrent_state_hold_what_transformers_caches_hold():
-    """gpt-oss's sliding layers and Qwen3-Next's Gated DeltaNet, run by transformers on a small model.
+    """gpt-oss's sliding layers and Qwen3-Next's Gated DeltaNet, run by transformers on a small bfloat16 model.
 
     Between two steps transformers keeps ``sliding_window - 1`` positions of a window: with the next
-    token's own key and value that makes the ``sliding_window`` the count holds.
+    token's own key and value that makes the ``sliding_window`` the count holds. Of a Gated DeltaNet's
+    convolution it keeps ``conv_kernel`` inputs, one more per channel than the next step needs and the
+    count holds; its state is float32 in a bfloat16 model, as the count's.
     """
     from transformers.models.gpt_oss.modeling_gpt_oss import GptOssModel
     from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextModel
@@ -75,10 +98,15 @@ def test_a_window_and_a_recurrent_state_hold_what_transformers_caches_hold():
     for config, model in ((gpt_oss, GptOssModel), (qwen, Qwen3NextModel)):
         torch.manual_seed(0)
         with torch.no_grad():
-            cache = model(config).eval()(torch.randint(0, 32, (1, 9)), use_cache=True).past_key_values
+            model = model(config).eval().to(torch.bfloat16)
+            cache = model(torch.randint(0, 32, (1, 9)), use_cache=True).past_key_values
         for layer, theirs in zip(cache_layers(config), cache.layers, strict=True):
-            kept = layer.per_token * (layer.window - 1) if layer.kind == "window" else layer.numbers(9)
-            assert _held(theirs) == 4 * kept, f"{type(config).__name__}: a {layer.kind} layer"
+            kept = layer.nbytes(9)
+            if layer.kind == "window":
+                kept = layer.nbytes(layer.window - 1)
+            if layer.kind == "state":  # one more input per channel of the convolution
+                kept += layer.fixed // (config.linear_conv_kernel_dim - 1) * 2
+            assert _held(theirs) == kept, f"{type(config).__name__}: a {layer.kind} layer"
 
 
 def test_cross_layer_sharing_keeps_what_the_count_says():
@@ -87,9 +115,23 @@ def test_cross_layer_sharing_keeps_what_the_count_says():
     layers = cache_layers(PUBLISHED["Gemma-4-E2B"].config())
     assert [layer.kind for layer in layers].count("shared") == 20
     # measured on widths 8 (windowed) and 16 (full), the published 256 and 512: the same ratio
-    counted = sum(layer.numbers(8) for layer in layers)
-    own = sum(layer.numbers(8) if layer.kind != "shared" else 0 for layer in layers) + sum(
+    counted = sum(layer.nbytes(8) for layer in layers)
+    own = sum(layer.nbytes(8) if layer.kind != "shared" else 0 for layer in layers) + 2 * sum(
         (2 * 512 if t == "full_attention" else 2 * 256) * 8
         for layer, t in zip(layers, PUBLISHED["Gemma-4-E2B"].config().layer_types, strict=True) if layer.kind == "shared")
     assert held["shared"] / held["own"] == pytest.approx(counted / own)
     assert held["shared"] / held["own"] == pytest.approx(18 / 42)
+
+
+def test_the_layers_are_measured_on_a_processor_without_avx512():
+    """The chapter runs under ATEN_CPU_CAPABILITY=default, as on a processor without AVX-512, where PyTorch's
+    fused kernel refuses a bfloat16 prompt of 70 tokens: the measuring layers must not depend on it."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from mha_course.todays_caches import layer_checks; "
+            "assert all(r['equal'] for r in layer_checks(['Qwen3-Next-80B-A3B', 'Llama-3.1-8B']))")
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ATEN_CPU_CAPABILITY": "default"},
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

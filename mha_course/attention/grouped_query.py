@@ -153,14 +153,14 @@ class GroupedQueryAttention(nn.Module):
         if attention_mask is not None or (start and x.shape[1] > 1):
             mask = with_padding(causal_mask(x.shape[1], x.device, start=start),
                                 attention_mask, len(x))
-        if self.use_sdpa:  # query head i reads key/value head i // group_size
+        if self.use_sdpa:  # each group of query heads reads its KV head
             p = self.dropout.p if self.training else 0.0
             context = F.scaled_dot_product_attention(  # its mask: True = see
                 queries, keys, values, dropout_p=p, enable_gqa=g < h,
                 is_causal=mask is None and not start,
                 attn_mask=None if mask is None else ~mask)  # (B, h, T, d_h)
         else:  # step by step: each key/value head repeated for its group,
-            # g0 g0 g1 g1 ... (repeat_interleave; repeat would give g0 g1 g0 g1)
+            # KV1 KV1 KV2 KV2 ... (repeat_interleave; repeat: KV1 KV2 KV1 KV2)
             r = self.group_size
             keys = keys.repeat_interleave(r, dim=1)  # (B, h, end, d_h)
             values = values.repeat_interleave(r, dim=1)  # (B, h, end, d_h)

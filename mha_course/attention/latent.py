@@ -30,10 +30,10 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from ._validation import (validate_attention_mask, validate_bool, validate_dropout, validate_input,
-                          validate_positive_int)
+from ._validation import validate_bool, validate_dropout, validate_input, validate_positive_int
 from .heads import captured_attention_weights, merge_heads, score_dtype, split_heads
 from .kv_cache import cache_start
+from .masking import causal_mask, safe_softmax, with_padding
 from .rotary import RotaryEmbedding
 
 
@@ -102,45 +102,6 @@ def validate_latent_args(d_in, context_length, dropout, num_heads, kv_lora_rank,
     return LatentSizes(sizes["d_in"], sizes["context_length"], validate_dropout(dropout), sizes["num_heads"],
                        sizes["kv_lora_rank"], sizes["qk_nope_head_dim"], sizes["qk_rope_head_dim"],
                        sizes["v_head_dim"], q_lora_rank, validate_bool("bias", bias), float(softmax_scale))
-
-
-def visible_keys_mask(start: int, num_new: int, attention_mask, batch: int, device) -> torch.Tensor:
-    """``True`` where a query may not look: ``(T, S)``, or ``(B, 1, T, S)`` with a padding mask.
-
-    Rows are the new tokens' positions ``start .. start + T - 1``, columns every position up to the
-    last one, ``S = start + T``: a key later than the query, or a padded key, is hidden. Built for
-    the call's rows only, never for the whole context.
-
-    Example:
-        >>> visible_keys_mask(2, 2, None, 1, "cpu").int()  # tokens 2 and 3 after two cached ones
-        tensor([[0, 0, 0, 1],
-                [0, 0, 0, 0]], dtype=torch.int32)
-    """
-    end = start + num_new
-    future = (torch.arange(end, device=device)
-              > torch.arange(start, end, device=device)[:, None])  # (T, S)
-    if attention_mask is None:
-        return future
-    real = validate_attention_mask(attention_mask, batch, end, torch.device(device))  # (B, S)
-    return future | ~real[:, None, None, :]  # (B, 1, T, S)
-
-
-def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Softmax over the keys ``mask`` leaves visible, in float32 for half precision; 0 in a row with none.
-
-    A query that sees no key (a padded one, at the start of a left-padded sequence) gets weights 0,
-    and so a context of 0, as PyTorch's fused kernel gives, rather than the ``NaN`` of a softmax over
-    a row of ``-inf``; no ``NaN`` is computed on the way, forward or backward.
-
-    Example:
-        >>> masked_softmax(torch.zeros(2, 2), torch.tensor([[False, True], [True, True]]))
-        tensor([[1., 0.],
-                [0., 0.]])
-    """
-    none_visible = mask.all(dim=-1, keepdim=True)  # left unmasked, then zeroed
-    scores = scores.to(score_dtype(scores.dtype))
-    weights = torch.softmax(scores.masked_fill(mask & ~none_visible, float("-inf")), dim=-1)
-    return weights.masked_fill(none_visible, 0.0)
 
 
 def with_shared(per_head: torch.Tensor, shared: torch.Tensor) -> torch.Tensor:
@@ -253,9 +214,10 @@ class MultiHeadLatentAttention(nn.Module):
         validate_input(x, self.d_in, self.context_length,
                        like=self.out_proj.weight)
         start = cache_start(cache, self, x.shape[1], self.context_length)
-        # True where a query may not look: a later key, or padding
-        mask = visible_keys_mask(start, x.shape[1], attention_mask, len(x),
-                                 x.device)  # (T, S) or (B, 1, T, S)
+        # True where a query may not look, a later key or padding: (T, S),
+        # or (B, 1, T, S) with padding; rows start .. start + T - 1
+        mask = with_padding(causal_mask(x.shape[1], x.device, start=start),
+                            attention_mask, len(x))
         h, d_nope, d_v = self.num_heads, self.qk_nope_head_dim, self.v_head_dim
         queries = split_heads(self.W_query(x), h)  # (B, h, T, d_nope + d_rope)
         q_nope, q_rot = queries.split([d_nope, self.qk_rope_head_dim], dim=-1)
@@ -272,7 +234,8 @@ class MultiHeadLatentAttention(nn.Module):
         else:  # every head's keys expanded from the latent
             k_nope = split_heads(self.W_up_key(latent), h)  # (B, h, S, d_nope)
             scores += q_nope @ k_nope.mT  # (B, h, T, S)
-        weights = masked_softmax(scores * self.softmax_scale, mask)
+        scores = (scores * self.softmax_scale).to(score_dtype(scores.dtype))
+        weights = safe_softmax(scores, mask)  # 0 where a query sees no key
         weights = self.dropout(weights.to(latent.dtype))
         if self.absorb:  # weigh the latents, then W_UV: (B, h, T, d_v)
             w_uv = self.W_up_value.weight.view(h, d_v, -1)  # (h, d_v, r)

@@ -2,15 +2,16 @@
 
 Attention by itself ignores order: permute the tokens and every token gets the same output, permuted.
 Rotary embeddings (Su et al. 2021), used by Llama, give it positions. Each head's vector of width
-``d_h`` is read as ``d_h / 2`` pairs of numbers, and pair ``i`` of the token at position ``p`` is
-turned by the angle ``p * theta_i``, with frequencies ``theta_i = rope_theta ** (-2i / d_h)``. A
-rotation keeps lengths, and the dot product of two rotated vectors depends on the difference of
-their angles only, so the score of query position ``m`` and key position ``n`` depends on ``m - n``:
-relative positions, without any position vector added to the tokens.
+``d_h`` is read as ``d_h / 2`` pairs of numbers, and pair ``c`` of the token at position ``p`` is
+turned by the angle ``p * theta_c``, with frequencies ``theta_c = rope_theta ** (-2c / d_h)`` (the
+book's notation: ``c`` counts pairs from 0). A rotation keeps lengths, and the dot product of two
+rotated vectors depends on the difference of their angles only, so the score of a query at position
+``p_i`` and a key at position ``p_j`` depends on ``p_i - p_j``: relative positions, without any
+position vector added to the tokens.
 
 Which numbers make a pair is a convention. Llama's, followed here, splits the head in two halves:
-number ``i`` pairs with number ``i + d_h / 2`` (:func:`rotate_half`). The original paper pairs
-neighbours ``2i`` and ``2i + 1`` (*interleaved*); the two compute the same function only after the
+number ``c`` pairs with number ``c + d_h / 2`` (:func:`rotate_half`). The original paper pairs
+neighbours ``2c`` and ``2c + 1`` (*interleaved*); the two compute the same function only after the
 query and key weights' rows are permuted, which is why transformers' checkpoint converters permute them.
 
 Keys are rotated before they enter a :class:`KVCache`: a cached key keeps the angle of its own
@@ -28,8 +29,8 @@ from torch import nn
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     """The half-split partner of every number, turned a quarter: ``(x1, x2) -> (-x2, x1)``.
 
-    ``x1`` is the first half of the last dimension and ``x2`` the second, so pair ``i`` is numbers
-    ``i`` and ``i + d_h / 2``. With it a rotation is ``x * cos + rotate_half(x) * sin``.
+    ``x1`` is the first half of the last dimension and ``x2`` the second, so pair ``c`` is numbers
+    ``c`` and ``c + d_h / 2``. With it a rotation is ``x * cos + rotate_half(x) * sin``.
 
     Example:
         >>> rotate_half(torch.tensor([1.0, 2.0, 3.0, 4.0]))
@@ -135,7 +136,7 @@ class RotaryEmbedding(nn.Module):
         """
         # (B, T, d_h / 2): position times the angle per position of each pair
         angles = position_ids[..., None].float() * self.inv_freq.float()
-        # (B, T, d_h): pair i is numbers i and i + d_h/2, one angle for both
+        # (B, T, d_h): pair c is numbers c and c + d_h/2, one angle for both
         angles = torch.cat((angles, angles), dim=-1)
         return angles.cos().to(dtype), angles.sin().to(dtype)
 

@@ -128,10 +128,10 @@ EXPAND = Exercise(
     ),
     mistakes=(
         Mistake("repeat",
-                "You tiled the key/value heads (g0 g1 g0 g1 ...), which is what Tensor.repeat does: the "
+                "You tiled the key/value heads (KV1 KV2 KV1 KV2 ...), which is what Tensor.repeat does: the "
                 "second query head then reads the second key/value head, although it belongs to the "
                 "first group. Each key/value head serves the num_heads // num_kv_groups CONSECUTIVE query heads of its "
-                "group (g0 g0 g1 g1 ...): kv.repeat_interleave(num_heads // kv.shape[1], dim=1).",
+                "group (KV1 KV1 KV2 KV2 ...): kv.repeat_interleave(num_heads // kv.shape[1], dim=1).",
                 _expand_like(lambda kv, h: kv.repeat(1, h // kv.shape[1], 1, 1))),
         Mistake("repeated-num-heads",
                 "You repeated every key/value head num_heads times, which gives num_kv_groups * num_heads "
@@ -220,15 +220,15 @@ def step_variant(gqa: GroupedQueryAttention, x_new, past_keys, past_values, *, e
     new_keys = split_heads(project(gqa.W_key, x_new), gqa.num_kv_groups)  # (B, g, 1, d_h)
     new_values = split_heads(project(gqa.W_value, x_new), gqa.num_kv_groups)  # (B, g, 1, d_h)
     parts = (lambda past, new: [new, past]) if new_first else (lambda past, new: [past, new])
-    keys = torch.cat(parts(past_keys, new_keys), dim=2)  # (B, g, T + 1, d_h)
-    values = torch.cat(parts(past_values, new_values), dim=2)  # (B, g, T + 1, d_h)
+    keys = torch.cat(parts(past_keys, new_keys), dim=2)  # (B, g, start + 1, d_h)
+    values = torch.cat(parts(past_values, new_values), dim=2)  # (B, g, start + 1, d_h)
     read_keys, read_values = (keys, values) if attend_new else (past_keys, past_values)
     r = gqa.group_size
-    if expand == "interleave":  # g0 g0 g1 g1 ...: (B, h, T + 1, d_h)
+    if expand == "interleave":  # KV1 KV1 KV2 KV2 ...: (B, h, start + 1, d_h)
         read_keys, read_values = (t.repeat_interleave(r, dim=1) for t in (read_keys, read_values))
-    else:  # "repeat": g0 g1 g0 g1 ...
+    else:  # "repeat": KV1 KV2 KV1 KV2 ...
         read_keys, read_values = (t.repeat(1, r, 1, 1) for t in (read_keys, read_values))
-    scores = queries @ read_keys.transpose(2, 3)  # (B, h, 1, T + 1)
+    scores = queries @ read_keys.transpose(2, 3)  # (B, h, 1, start + 1)
     if scale:
         scores = scores / gqa.head_dim**0.5
     if first_position_only:
@@ -313,7 +313,7 @@ STEP = Exercise(
     probe=_probe_step,
     checks=(
         Check("returns (output, keys, values)", lambda r: _step_parts(r, "grouped")),
-        Check("shapes: output (batch, 1, d_out), keys and values (batch, num_kv_groups, T + 1, head_dim)",
+        Check("shapes: output (batch, 1, d_out), keys and values (batch, num_kv_groups, start + 1, head_dim)",
               _step_shapes),
         Check("keys: the cached ones, then the new token's", _step_part(1, "grouped", "keys", _CACHE_LABELS)),
         Check("values: the cached ones, then the new token's", _step_part(2, "grouped", "values", _CACHE_LABELS)),
@@ -329,7 +329,7 @@ STEP = Exercise(
                 "value too. Return torch.cat([past_keys, new_keys], dim=2) and the same for values.",
                 _step_like(1, append=False)),
         Mistake("appended-twice",
-                "Your keys and values hold the new token twice: T + 2 positions where the cache should "
+                "Your keys and values hold the new token twice: start + 2 positions where the cache should "
                 "grow by one. Append the new key and value once, torch.cat([past_keys, new_keys], dim=2), "
                 "and return that same tensor.",
                 _appended_twice),
@@ -343,8 +343,8 @@ STEP = Exercise(
                 _step_like(attend_new=False)),
         Mistake("repeat-not-interleave",
                 "Your key/value heads are paired with the wrong query heads: Tensor.repeat tiles them "
-                "(g0 g1 g0 g1 ...), but each one serves the consecutive query heads of its group "
-                "(g0 g0 g1 g1 ...). Use repeat_interleave(gqa.group_size, dim=1).",
+                "(KV1 KV2 KV1 KV2 ...), but each one serves the consecutive query heads of its group "
+                "(KV1 KV1 KV2 KV2 ...). Use repeat_interleave(gqa.group_size, dim=1).",
                 _step_like(expand="repeat")),
         Mistake("no-scale",
                 "The scores are not scaled: divide them by sqrt(head_dim) before the softmax, "

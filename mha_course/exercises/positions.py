@@ -69,7 +69,7 @@ def rotation_variant(queries, keys, values, start, rope_theta, *, sign: int = 1,
     cos, sin = angles.cos(), sign * angles.sin()
 
     def turn(x):
-        if interleaved:  # pairs (2i, 2i + 1)
+        if interleaved:  # pairs (2c, 2c + 1)
             a, b = x[..., 0::2], x[..., 1::2]
             out = torch.empty_like(x)
             out[..., 0::2], out[..., 1::2] = a * cos - b * sin, a * sin + b * cos
@@ -153,7 +153,7 @@ ROTATE = Exercise(
                 _rotation_like(sign=-1)),
         Mistake("interleaved",
                 "You paired neighbours (0, 1), (2, 3), ..., the interleaved convention of the original "
-                "paper. Llama pairs number i with number i + head_dim / 2: split the head into halves.",
+                "paper. Llama pairs number c with number c + head_dim / 2: split the head into halves.",
                 _rotation_like(interleaved=True)),
         Mistake("no-offset",
                 "The positions start at 0 for the new tokens, but start tokens are already cached: the new "

@@ -288,12 +288,13 @@ def plot_kv_cache_growth(shapes=None, bytes_per_number: int = 2, smallest: int =
 
 
 @house_style()
-def plot_todays_caches(rows, bytes_per_number: int = 2):
+def plot_todays_caches(rows):
     """The cache of one sequence against its length, one line per model of today (chapter 10).
 
     ``rows``: dicts with ``name`` and ``bytes`` (length -> bytes of the whole cache), as
-    :func:`mha_course.todays_caches.cache_rows` returns them at several lengths. Log-log axes; each
-    model's line differs in colour, marker and dashes, named in the legend below.
+    :func:`mha_course.todays_caches.cache_rows` returns them at several lengths (a bfloat16 model, a
+    recurrent state in float32). Log-log axes; each model's line differs in colour, marker and dashes,
+    named in the legend below.
 
     Example:
         >>> rows = [{"name": "a", "bytes": {1024: 2**20, 4096: 2**22}},
@@ -317,7 +318,7 @@ def plot_todays_caches(rows, bytes_per_number: int = 2):
     ax.set_xticks(ticks, [f"{t // 1024}k" if t >= 1024 else str(t) for t in ticks])
     ax.minorticks_off()
     ax.set_xlabel("tokens of the sequence")
-    ax.set_ylabel(f"cache, every layer ({bytes_per_number} bytes a number)")
+    ax.set_ylabel("cache, every layer")  # bfloat16, a recurrent state in float32
     ax.grid(True, which="major", alpha=0.3)
     fig.legend(loc="outside lower center", ncol=3, frameon=False, handlelength=2.6)
     return fig
