@@ -2,8 +2,8 @@
 
 The tests come in tiers, by marker (pyproject.toml): ``kernel`` (they start Jupyter kernels: grading, and
 the chapters under nbval, whose cells are marked here), ``book`` (they write the student edition of every
-chapter, as a book build does) and ``browser`` (they drive chromium over the built book) are left out of
-``make check`` and run by ``make test``, which starts them first: they take longest.
+chapter, as a book build does), ``browser`` (they drive chromium over the built book) and ``sweep`` (the
+checks over many fixed seeds) are left out of ``make check`` and run by ``make test``, which starts them first: they take longest.
 Under ``make test`` (pytest-xdist's ``loadgroup``) a file's tests run in one worker, and so do all the
 browser tests, which open each page of the book once per worker.
 
@@ -41,9 +41,9 @@ def pytest_itemcollected(item):
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items):
-    """The tests marked ``kernel``, ``book`` or ``browser`` first, in their files' order: pytest-xdist hands out
+    """The tests marked ``kernel``, ``book``, ``browser`` or ``sweep`` first, in their files' order: pytest-xdist hands out
     the groups in this order when told ``--no-loadscope-reorder``."""
-    items.sort(key=lambda item: not any(item.get_closest_marker(tier) for tier in ("kernel", "book", "browser")))
+    items.sort(key=lambda item: not any(item.get_closest_marker(tier) for tier in ("kernel", "book", "browser", "sweep")))
 
 
 @pytest.hookimpl(hookwrapper=True)
