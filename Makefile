@@ -75,12 +75,12 @@ test: $(STAMP)
 	MHA_COURSE_REQUIRE_BOOK=1 $(BIN)/python -m pytest -n 2 --dist loadgroup --no-loadscope-reorder
 
 # The linter, then the package's unit, property and doc tests: no Jupyter kernel, no book build, no browser (the
-# tests marked kernel, book, browser or sweep are left to make test). About three minutes on two workers. CI runs it on Linux,
+# tests marked kernel, book, browser or sweep are left to make test). About two minutes on two workers. CI runs it on Linux,
 # macOS and Windows with Python 3.11 to 3.13 (.github/workflows/test.yml).
 .PHONY: check
 check: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -n 2 --dist loadfile -m 'not kernel and not book and not browser and not sweep'
+	$(BIN)/python -m pytest -n 2 --dist worksteal -m 'not kernel and not book and not browser and not sweep'
 
 # Every test file alone, one after another in a shuffled order that it prints first: a test that passes only
 # after another file has run fails here. CI runs it on Linux (.github/workflows/test.yml).

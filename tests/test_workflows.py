@@ -486,7 +486,7 @@ def test_the_windows_steps_are_the_makefiles_recipe_line_for_line():
         ".venv/Scripts/python -m pip install --quiet --disable-pip-version-check -r requirements.txt",
         ".venv/Scripts/python -m pip install --quiet --disable-pip-version-check --no-deps -e .",
         ".venv/Scripts/ruff check .",
-        ".venv/Scripts/python -m pytest -n 2 --dist loadfile -m 'not kernel and not book and not browser and not sweep'",
+        ".venv/Scripts/python -m pytest -n 2 --dist worksteal -m 'not kernel and not book and not browser and not sweep'",
     ]
 
 
