@@ -362,7 +362,7 @@ def _add_lab_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_exercise_commands(commands) -> None:
     student = commands.add_parser("student", help="write the student edition of the chapter notebooks "
-                                  "(solutions replaced by stubs, outputs cleared)")
+                                  "(solutions replaced by stubs, the exercises' outputs cleared)")
     _add_student_arguments(student)
     student.set_defaults(handler=_student)
     grade = commands.add_parser("grade", help="execute completed notebooks and score their exercises",

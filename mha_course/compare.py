@@ -177,7 +177,7 @@ def compare_modules(modules: Mapping[str, nn.Module], x: torch.Tensor, measure_t
     """One table comparing modules on weights, outputs and cost, all measured on input ``x``.
 
     Columns: heads, the module's weight matrices (count x shape, biases left out), parameters,
-    each head's output ``Z_i``, the merged output ``Z``, multiply-adds of one forward pass, and,
+    each head's output ``Z_m``, the merged output ``Z``, multiply-adds of one forward pass, and,
     when ``measure_time`` is true, the median forward time and its ratio to the first module's
     time. The modules are timed in turn, ``rounds`` times over, in the same run, by
     :func:`mha_course.timing.time_interleaved` (see :func:`describe_module` for ``num_threads``).
@@ -195,7 +195,7 @@ def compare_modules(modules: Mapping[str, nn.Module], x: torch.Tensor, measure_t
     if measure_time:
         timings = _time_modules(modules, x, rounds, min_run_time, num_threads)
         reports = [replace(report, time=timings[name]) for report, name in zip(reports, modules)]
-    columns = ["module", "heads", "weight matrices", "parameters", "head outputs Z_i", "merged output Z",
+    columns = ["module", "heads", "weight matrices", "parameters", "head outputs Z_m", "merged output Z",
                "multiply-adds"]
     if measure_time:
         columns += ["time", "time ratio"]

@@ -17,9 +17,11 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from book_pages import CODE_COLUMN, NOTEBOOKS, source_of
 
+from mha_course.attention.masking import causal_mask
 from mha_course.listing import Listing, show_source
 
 #: The class each chapter teaches, and the methods of it that the page must show in full but for the
@@ -176,8 +178,10 @@ def _chapter_3_listing() -> str:
 
 
 def test_chapter_3_shows_multihead_attention_as_one_listing_whose_forward_calls_no_package_helper():
-    """Every line ``forward`` runs is on the page: it calls no function of the package but the check of
-    its input, as every module of the course does (the split and the merge are written out)."""
+    """Every line ``forward`` runs on an unpadded batch is on the page: it calls no function of the
+    package but the check of its input, as every module of the course does (the split and the merge
+    are written out), and ``padded_softmax``, which is ``torch.softmax`` itself without a padding mask
+    and holds the padding lines of chapter 9 out of the listing."""
     from mha_course.attention import multihead
 
     listing = _chapter_3_listing().splitlines()
@@ -191,7 +195,10 @@ def test_chapter_3_shows_multihead_attention_as_one_listing_whose_forward_calls_
     called = {node.func.id for node in ast.walk(forward) if isinstance(node, ast.Call)
               and isinstance(node.func, ast.Name)}
     helpers = called & package_names
-    assert helpers == {"validate_input"}, f"forward calls package helpers the page does not show: {helpers}"
+    assert helpers == {"validate_input", "padded_softmax"}, (
+        f"forward calls package helpers the page does not show: {helpers}")
+    scores = torch.randn(2, 3, 5, 5).masked_fill(causal_mask(5), float("-inf"))
+    assert torch.equal(multihead.padded_softmax(scores, None), torch.softmax(scores, dim=-1))
     assert not forward.decorator_list and not hasattr(multihead.MultiHeadAttention.forward, "__wrapped__")
 
 
@@ -204,8 +211,8 @@ def _method_lines(cls: ast.ClassDef, name: str, source: str) -> list[str]:
 
 def test_exercise_3_5s_answer_is_chapter_3s_listing_but_for_what_the_page_names():
     """The answer differs from the listing only where the page says why: no checks of the arguments
-    and the input, no half-precision lines, no padding lines (chapter 9's), and ``register_buffer``
-    for ``register_causal_mask``."""
+    and the input, no half-precision lines, ``torch.softmax`` for ``padded_softmax`` (which adds
+    chapter 9's padding), and ``register_buffer`` for ``register_causal_mask``."""
     notebook = json.loads(source_of("book/03_batched_heads").read_text(encoding="utf-8"))
     answer = "\n".join("".join(c["source"]) for c in notebook["cells"]
                        if c["cell_type"] == "code" and "class BatchedHeads(" in "".join(c["source"]))
@@ -221,10 +228,9 @@ def test_exercise_3_5s_answer_is_chapter_3s_listing_but_for_what_the_page_names(
     def comparable(lines):
         return [kept for line in lines if (kept := half_precision_free(line.split("  #")[0].strip())) is not None]
 
-    def padding_free(lines):  # the blocks under `if attention_mask is not None:`, and those lines
-        padding = ("if attention_mask is not None:", "padded = ", "no_key = ", "scores.masked_fill_(padded",
-                   "weights = weights.masked_fill(no_key")
-        return [line for line in lines if not line.startswith(padding)]
+    def padding_free(lines):  # padded_softmax is torch.softmax without a padding mask
+        return [line.replace("padded_softmax(scores, attention_mask)", "torch.softmax(scores, dim=-1)")
+                for line in lines]
 
     def check_free(lines):  # the calls that check the arguments and the input, and their continuations
         kept, in_call = [], False

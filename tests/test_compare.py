@@ -83,7 +83,7 @@ def test_compare_one_head_with_two_heads_on_the_three_token_example():
     assert table.column("heads") == [1, 2]
     assert table.column("weight matrices") == ["3 x (2, 3)", "6 x (2, 3)"]
     assert table.column("parameters") == [18, 36]
-    assert table.column("head outputs Z_i") == ["1 x (1, 3, 2)", "2 x (1, 3, 2)"]
+    assert table.column("head outputs Z_m") == ["1 x (1, 3, 2)", "2 x (1, 3, 2)"]
     assert table.column("merged output Z") == ["(1, 3, 2)", "(1, 3, 4)"]
     assert table.column("multiply-adds") == [90, 180]
     times, ratios = table.column("time"), table.column("time ratio")

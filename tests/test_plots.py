@@ -71,7 +71,7 @@ def test_head_flow_draws_one_path_per_head(num_heads):
     texts = _texts(fig)
     assert sum(t.startswith("Head ") for t in texts) == num_heads
     assert [t for t in texts if t.startswith("$Z_")] == [f"$Z_{{{h}}}$" for h in range(1, num_heads + 1)]
-    assert texts.count("(3, 2)") == num_heads  # every Z_i is (T, head_dim)
+    assert texts.count("(3, 2)") == num_heads  # every Z_m is (T, head_dim)
     merged = "concatenate\nside by side" in texts
     assert merged == (num_heads > 1)
     if num_heads > 1:

@@ -22,7 +22,8 @@ from markdown_it import MarkdownIt
 from book_pages import NOTEBOOKS, REPO, source_of
 
 from mha_course.edition.bibliography import author_year, read_bib
-from mha_course.edition.student import write_student_edition
+from mha_course.edition.student import (dropped_cells, exercises_start, has_solution, needed_later,
+                                          write_student_edition)
 from mha_course.notebook_files import default_notebooks
 
 # What MyST left unrendered looks like in CommonMark's HTML: a code block whose language is a
@@ -124,19 +125,24 @@ def test_the_books_links_point_at_its_pages_and_name_the_works_they_cite(docname
 
 @pytest.mark.book
 def test_what_the_html_hides_is_hidden_in_the_student_edition(student):
-    hidden = listings = 0
+    hidden = dropped = listings = outputs = 0
     for docname in NOTEBOOKS:
         path = source_of(docname)
         source = nbformat.read(path, as_version=4)
         edition = nbformat.read(student / path.name, as_version=4)
         by_source = {c.source: c for c in edition.cells if c.cell_type == "code"}
-        for cell in source.cells:
+        for number, cell in enumerate(source.cells):
             tags = cell.metadata.get("tags", [])
+            if cell.cell_type == "code" and "remove-cell" in tags and not has_solution(cell):
+                # the hidden assertions: gone, unless a later cell needs the cell, which is then folded away
+                needed = needed_later(source.cells, number, dropped_cells(source.cells))
+                assert (cell.source in by_source) == needed, f"{path.name}: {cell.source[:60]}"
+                dropped += not needed
             if cell.cell_type != "code" or cell.source not in by_source:
                 continue
             shown = by_source[cell.source]
             folded = shown.metadata.get("jupyter", {})
-            if "remove-cell" in tags:  # the hidden assertions: folded away, input and output
+            if "remove-cell" in tags:
                 assert folded.get("source_hidden") and folded.get("outputs_hidden"), f"{path.name}: {cell.source[:60]}"
                 hidden += 1
             if "remove-input" in tags:  # a listing: its input folded, its output (the source) kept
@@ -146,9 +152,18 @@ def test_what_the_html_hides_is_hidden_in_the_student_edition(student):
             if {"hide-cell", "hide-output"} & set(tags):  # an optional aside's code: folded as in the book
                 assert folded.get("outputs_hidden"), f"{path.name}: {cell.source[:60]}"
                 assert folded.get("source_hidden") or "hide-output" in tags, f"{path.name}: {cell.source[:60]}"
+        # The page before the exercises shows what the book shows: the same outputs, cell for cell.
+        start = exercises_start(edition.cells)
+        for cell in (c for c in edition.cells[:start] if c.cell_type == "code"):
+            [book_cell] = [c for c in source.cells if c.cell_type == "code" and c.source == cell.source][:1]
+            assert [o.get("data", o.get("text")) for o in cell.outputs] == [
+                o.get("data", o.get("text")) for o in book_cell.outputs], f"{path.name}: {cell.source[:60]}"
+            outputs += bool(cell.outputs)
+        assert all(not c.outputs for c in edition.cells[start:] if c.cell_type == "code"
+                   and "remove-input" not in c.metadata.get("tags", [])), f"{path.name}: an exercise's output shows"
         text = "\n".join(_markdown(edition))
         assert '<details class="solution"' not in text, f"{path.name}: a solution in prose reaches the student edition"
-    assert hidden > 50 and listings > 10, (hidden, listings)
+    assert dropped > 50 and hidden and listings > 10 and outputs > 100, (dropped, hidden, listings, outputs)
 
 
 #: An optional aside in prose: folded, its button saying so. Markdown inside it is rendered by

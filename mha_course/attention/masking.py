@@ -205,3 +205,23 @@ def safe_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     no_key = mask.all(dim=-1, keepdim=True)  # rows that see nothing: left unmasked, then zeroed
     weights = torch.softmax(scores.masked_fill(mask & ~no_key, float("-inf")), dim=-1)
     return weights.masked_fill(no_key, 0.0)
+
+
+def padded_softmax(scores: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Softmax over the keys of ``scores`` ``(B, h, T, S)``, whose causal mask is already filled with
+    ``-inf``, with the padded keys of ``attention_mask`` ``(B, S)`` (1 or ``True``: a real token) hidden
+    too; a query left with no key to see gets weights of 0 (:func:`safe_softmax`).
+
+    Without ``attention_mask`` this is ``torch.softmax(scores, dim=-1)``: the line a first reader of
+    ``MultiHeadAttention`` needs, with the padding that chapter 9 teaches kept out of the listing.
+
+    Example:
+        >>> scores = torch.zeros(1, 1, 2, 2).masked_fill(causal_mask(2), float("-inf"))
+        >>> padded_softmax(scores, torch.tensor([[0, 1]]))[0, 0]
+        tensor([[0., 0.],
+                [0., 1.]])
+    """
+    if attention_mask is None:
+        return torch.softmax(scores, dim=-1)
+    padded = (attention_mask == 0)[:, None, None, :]  # (B, 1, 1, S)
+    return safe_softmax(scores, scores.isneginf() | padded)

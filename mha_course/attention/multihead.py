@@ -13,7 +13,7 @@ from torch import nn
 
 from ._validation import validate_attention_args, validate_input
 from .heads import captured_attention_weights, unstack_qkv
-from .masking import register_causal_mask
+from .masking import padded_softmax, register_causal_mask
 from .wrapper import MultiHeadAttentionWrapper
 
 
@@ -94,13 +94,8 @@ class MultiHeadAttention(nn.Module):
         scores = queries @ keys.to(dtype).transpose(2, 3)  # (B, h, T, T)
         # One (T, T) mask for every head and sequence, filled in place.
         scores.masked_fill_(self.mask[:num_tokens, :num_tokens], float("-inf"))
-        if attention_mask is not None:  # padded keys hidden too (chapter 9)
-            padded = (attention_mask == 0)[:, None, None, :]  # (B, 1, 1, T)
-            no_key = (scores.isneginf() | padded).all(-1, keepdim=True)
-            scores.masked_fill_(padded & ~no_key, float("-inf"))
-        weights = torch.softmax(scores, dim=-1).to(values.dtype)
-        if attention_mask is not None:  # a query with no key to see: 0s
-            weights = weights.masked_fill(no_key, 0.0)  # as in SDPA
+        # torch.softmax(scores, dim=-1), padded keys hidden too (chapter 9)
+        weights = padded_softmax(scores, attention_mask).to(values.dtype)
         context = self.dropout(weights) @ values  # (B, h, T, d_h)
         # Merge: the heads side by side again; contiguous() copies them
         # into (B, T, h, d_h) order so that view can fold the last two axes.

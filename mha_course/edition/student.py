@@ -17,8 +17,14 @@ number and title, roles become their text. The ``book`` edition keeps the MyST, 
 ``jupyter-book`` builds the book without solutions from it. The Jupyter edition also copies the
 ``data/`` folder next to the chapters, which the chapters read, so the folder stands alone.
 
-All outputs and execution counts are cleared. Existing notebooks are never overwritten unless
-asked (``force``), so a learner's work is not lost by regenerating the edition.
+The cells before the chapter's exercises keep the outputs the book shows (its tables and figures),
+so the learner reads the page as the book shows it before running anything; from the exercises on,
+outputs are cleared (a check's verdict or a solution's result would give the answer away), and so are
+all execution counts. A cell the book removes (``remove-cell``: the assertions that back the prose's
+numbers) is dropped, unless it binds a name a later cell reads or changes the kernel's state (a seed,
+the print options): such a cell stays, folded, so the notebook still runs top to bottom. Existing
+notebooks are never overwritten unless asked (``force``), so a learner's work is not lost by
+regenerating the edition.
 
 Command line::
 
@@ -28,6 +34,7 @@ Command line::
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
 import re
 import shutil
@@ -103,15 +110,16 @@ def _show_as_a_stub(cell) -> None:
         cell.metadata.pop(key, None)
 
 
-def _as_the_book_shows_it(cell) -> None:
-    """Outputs cleared, and what the book hides hidden in Jupyter too: a cell the book removes
-    (``remove-cell``, its hidden assertions) or folds whole (``hide-cell``, an optional aside's code)
-    is folded away, input and output; a cell whose input the book folds (``hide-input``) or removes
+def _as_the_book_shows_it(cell, keep_outputs: bool) -> None:
+    """Outputs kept where ``keep_outputs`` (a cell before the exercises) and cleared otherwise, and
+    what the book hides hidden in Jupyter too: a cell the book removes (``remove-cell``, kept only
+    where a later cell needs it) or folds whole (``hide-cell``, an optional aside's code) is folded
+    away, input and output; a cell whose input the book folds (``hide-input``) or removes
     (``remove-input``) has its input folded, and one whose output it folds (``hide-output``) its
     output. A ``remove-input`` cell is a listing of the package's source: its output, that source,
-    stays, so the edition shows every listing before it is run."""
+    stays wherever it is, so the edition shows every listing before it is run."""
     tags = cell.metadata.get("tags", [])
-    if "remove-input" not in tags:
+    if not keep_outputs and "remove-input" not in tags:
         cell.outputs = []
     for output in cell.outputs:
         if "execution_count" in output:
@@ -128,6 +136,153 @@ def _as_the_book_shows_it(cell) -> None:
             jupyter["outputs_hidden"] = True
     if jupyter:
         cell.metadata["jupyter"] = jupyter
+
+
+#: Calls that change what later cells print although they bind no name: the random generators'
+#: state (seeding them, or drawing from them), the print options, matplotlib's settings. A removed
+#: cell that makes one stays in the student edition.
+STATE_CHANGES = re.compile(r"manual_seed|seed|set_printoptions|set_default_dtype|set_default_device|"
+                           r"use_deterministic_algorithms|set_rng_state|set_num_threads|rc|rcParams|"
+                           r"style\.use|use|rand\w*|[Dd]ropout|multinomial|normal_|uniform_|bernoulli_?")
+
+
+def _changes_state(tree: ast.AST) -> bool:
+    """Whether Python code calls one of :data:`STATE_CHANGES` or touches matplotlib's ``rcParams``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            function = node.func
+            name = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", "")
+            if STATE_CHANGES.fullmatch(name):
+                return True
+        elif isinstance(node, (ast.Name, ast.Attribute)) and "rcParams" in (getattr(node, "id", ""), getattr(node, "attr", "")):
+            return True
+    return False
+
+
+class _Names(ast.NodeVisitor):
+    """The names a cell binds, and those it reads before binding them, in the order Python runs it:
+    an assignment's value before its targets, a loop's iterable before its variable, a
+    comprehension's loops before its element, a function's parameters before its body."""
+
+    def __init__(self):
+        self.bound: set[str] = set()
+        self.read: set[str] = set()
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Load):
+            if node.id not in self.bound:
+                self.read.add(node.id)
+        else:
+            self.bound.add(node.id)
+
+    def visit_Assign(self, node):
+        self.visit(node.value)
+        for target in node.targets:
+            self.visit(target)
+
+    def visit_AugAssign(self, node):
+        if isinstance(node.target, ast.Name) and node.target.id not in self.bound:
+            self.read.add(node.target.id)
+        self.visit(node.value)
+        self.visit(node.target)
+
+    def visit_AnnAssign(self, node):
+        if node.value is not None:
+            self.visit(node.value)
+        self.visit(node.target)
+
+    def visit_NamedExpr(self, node):
+        self.visit(node.value)
+        self.visit(node.target)
+
+    def _comprehension(self, node, *parts):
+        for generator in node.generators:
+            self.visit(generator)
+        for part in parts:
+            self.visit(part)
+
+    def visit_ListComp(self, node):
+        self._comprehension(node, node.elt)
+
+    visit_SetComp = visit_GeneratorExp = visit_ListComp
+
+    def visit_DictComp(self, node):
+        self._comprehension(node, node.key, node.value)
+
+    def visit_arg(self, node):
+        self.bound.add(node.arg)
+
+    def _definition(self, node):
+        for decorator in node.decorator_list:
+            self.visit(decorator)
+        self.bound.add(node.name)
+        for field in ("args", "bases", "keywords", "body"):
+            for child in (lambda value: value if isinstance(value, list) else [value])(getattr(node, field, [])):
+                self.visit(child)
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _definition
+
+    def visit_Import(self, node):
+        self.bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+
+    visit_ImportFrom = visit_Import
+
+
+def _names(source: str) -> tuple[set[str], set[str]] | None:
+    """(names a code cell binds, names it reads before binding them), or None where Python cannot
+    parse it (a magic)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    names = _Names()
+    names.visit(tree)
+    return names.bound, names.read
+
+
+def needed_later(cells: list, index: int, dropped: set[int] = frozenset()) -> bool:
+    """Whether the code cell ``cells[index]`` must run for the cells after it to run as they do: it
+    binds a name a later code cell (not one of ``dropped``) reads without binding it itself (a loop's
+    variable is bound anew), changes the kernel's state (:data:`STATE_CHANGES`), or cannot be read
+    as Python (then nobody can tell)."""
+    names = _names(cells[index].source)
+    if names is None or _changes_state(ast.parse(cells[index].source)):
+        return True
+    bound = names[0]
+    for later_index in range(index + 1, len(cells)):
+        cell = cells[later_index]
+        if cell.cell_type != "code" or later_index in dropped or not bound:
+            continue
+        later = _names(cell.source)
+        if later is None or bound & later[1]:  # read before that cell binds it
+            return True
+        bound -= later[0]  # bound again: the cells after this one read the new value
+    return False
+
+
+def dropped_cells(cells: list) -> set[int]:
+    """The indices of the cells the book removes (``remove-cell``) that no cell after them needs
+    (:func:`needed_later`), taken from the last: a removed cell needed only by removed cells that
+    are dropped is dropped too."""
+    dropped: set[int] = set()
+    for index in reversed(range(len(cells))):
+        cell = cells[index]
+        if (cell.cell_type == "code" and "remove-cell" in cell.metadata.get("tags", [])
+                and not has_solution(cell) and not needed_later(cells, index, dropped)):
+            dropped.add(index)
+    return dropped
+
+
+def exercises_start(cells: list) -> int:
+    """The index of the cell where the chapter's exercises begin (its ``## Exercises`` heading, or
+    else its first exercise statement), or ``len(cells)`` where it has none."""
+    for number, cell in enumerate(cells):
+        if cell.cell_type != "markdown":
+            continue
+        lines = [line.strip() for line in cell.source.splitlines()]
+        if "## Exercises" in lines or any(line.startswith(("```{exercise}", "### Exercise ")) for line in lines):
+            return number
+    return len(cells)
 
 
 #: A solution written as prose (an exercise answered in words), folded in the book.
@@ -154,7 +309,8 @@ def _without_solutions(source: str, gated: bool) -> tuple[str, bool]:
 
 def student_notebook(notebook: nbformat.NotebookNode, name: str = "notebook", book: bool = False,
                      index: BookIndex | None = None, folder: Path | None = None) -> nbformat.NotebookNode:
-    """A student copy of ``notebook``: solutions stubbed or dropped, outputs cleared.
+    """A student copy of ``notebook``: solutions stubbed or dropped, the hidden assertions dropped,
+    outputs kept before the exercises and cleared from them on.
 
     Args:
         notebook: the source notebook (not changed).
@@ -168,6 +324,8 @@ def student_notebook(notebook: nbformat.NotebookNode, name: str = "notebook", bo
     cells = []
     gated = False
     anchors: dict[str, int] = {}  # the page's heading anchors so far, for the Jupyter edition's links
+    exercises = exercises_start(student.cells)
+    dropped = dropped_cells(student.cells)
     for index_in_notebook, cell in enumerate(student.cells):
         if cell.cell_type == "markdown":
             source, gated = _without_solutions(cell.source, gated)
@@ -186,7 +344,9 @@ def student_notebook(notebook: nbformat.NotebookNode, name: str = "notebook", bo
                 _show_as_a_stub(cell)
             elif gated:
                 continue  # solution code without markers: never shown to the learner
-            _as_the_book_shows_it(cell)
+            elif index_in_notebook in dropped:
+                continue  # an assertion behind the prose: the book removes it, nothing after it needs it
+            _as_the_book_shows_it(cell, keep_outputs=index_in_notebook < exercises and not has_solution(cell))
         cells.append(cell)
     if gated:
         raise SolutionMarkerError(f"{name}: a {{solution-start}} without its {{solution-end}}")

@@ -317,8 +317,8 @@ CAPSTONE = Exercise(
                 ".transpose(1, 2).",
                 _like(split="no-transpose")),
         Mistake("split-interleaved",
-                "Each head got every num_heads-th column. View as (B, T, num_heads, head_dim): head h "
-                "owns columns h*head_dim to (h+1)*head_dim.",
+                "Each head got every num_heads-th column. View as (B, T, num_heads, head_dim): head m "
+                "(counting from 1) owns columns (m - 1)*head_dim to m*head_dim - 1.",
                 _like(split="interleaved")),
         Mistake("merge-without-transpose",
                 "The merge reshapes (B, num_heads, T, head_dim) straight to (B, T, d_out), which puts "

@@ -297,15 +297,15 @@ HEAD = Exercise(
                 "belongs to key i and the mask cuts the wrong pairs. Compute queries @ keys.transpose(-2, -1).",
                 _head_like(scores="kq")),
         Mistake("no-scale",
-                "The scores are not scaled. Divide them by sqrt(d_out), the square root of the key "
-                "width, before the softmax.",
+                "The scores are not scaled. Divide them by sqrt(d_h), the square root of the head's "
+                "width (its d_out, the keys' last axis), before the softmax.",
                 _head_like(scale="none")),
         Mistake("scale-d-in",
-                "You scaled by sqrt(d_in), the input width. The scale is the square root of the key "
-                "width: sqrt(d_out) = keys.shape[-1] ** 0.5.",
+                "You scaled by sqrt(d_in), the input width. The scale is the square root of the head's "
+                "width d_h (its d_out): keys.shape[-1] ** 0.5.",
                 _head_like(scale="sqrt_d_in")),
         Mistake("scale-no-sqrt",
-                "You divided by d_out itself. The scale is its square root: keys.shape[-1] ** 0.5.",
+                "You divided by d_h (the head's d_out) itself. The scale is its square root: keys.shape[-1] ** 0.5.",
                 _head_like(scale="d_out")),
         Mistake("weights-times-inputs",
                 "You multiplied the attention weights by the inputs x. Context vectors are weighted "

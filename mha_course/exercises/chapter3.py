@@ -102,7 +102,8 @@ SPLIT = Exercise(
     checks=(
         Check("returns a tensor", lambda r: tensor_of(r, "a", "to_heads(x, num_heads)")),
         Check("shape (B, num_heads, T, head_dim)", _split_shape),
-        Check("head h holds columns h*head_dim to (h+1)*head_dim of every token", _split_case("a")),
+        Check("head m (from 1) holds columns (m - 1)*head_dim to m*head_dim - 1 of every token",
+              _split_case("a")),
         Check("another size", _split_case("b")),
         Check("gradients flow back to the input", _grad_check),
         Check("output on the input's device", device_check("on", "to_heads")),
@@ -120,8 +121,8 @@ SPLIT = Exercise(
         Mistake("interleaved",
                 "Each head got every num_heads-th column instead of a block of head_dim neighbouring "
                 "columns: you viewed as (B, T, head_dim, num_heads). View as (B, T, num_heads, "
-                "head_dim): head h owns columns h*head_dim to (h+1)*head_dim, the ones its weights "
-                "produce.",
+                "head_dim): head m (counting from 1) owns columns (m - 1)*head_dim to m*head_dim - 1, "
+                "the ones its weights produce.",
                 _split_like(lambda x, h, b, t, hd: x.view(b, t, hd, h).permute(0, 3, 1, 2))),
         Mistake("head-dim-first",
                 "You viewed as (B, T, head_dim, num_heads): num_heads comes before head_dim, "
@@ -415,8 +416,8 @@ TRANSFER = Exercise(
                 "mha.out_proj.bias.zero_().",
                 _out_proj_bias),
         Mistake("heads-reversed",
-                "The heads are in reverse order: head h's weights belong in rows h*head_dim to "
-                "(h+1)*head_dim, the first head (h = 0) first.",
+                "The heads are in reverse order: head m's weights (counting from 1) belong in rows "
+                "(m - 1)*head_dim to m*head_dim - 1, the first head first.",
                 _reversed),
         Mistake("roles-swapped",
                 "A projection got another role's weights: W_query comes from the heads' W_query, W_key "

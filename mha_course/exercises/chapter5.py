@@ -263,8 +263,8 @@ ABLATION = Exercise(
                 "accuracy minus that.",
                 _like(result="accuracy")),
         Mistake("position-zero-counted",
-                "You counted position 0, which has no label (its label is -100, and no prediction "
-                f"equals it). Score only the labelled positions, labels != {IGNORE_INDEX}.",
+                "You counted the first token (position 0 in the tensors), which has no label (its label "
+                f"is -100, and no prediction equals it). Score only the labelled positions, labels != {IGNORE_INDEX}.",
                 _like(position_zero=True)),
     ),
     shortcuts=(),  # the package has no ablation; the checks' own reference is refused

@@ -59,8 +59,8 @@ def plot_head_flow(num_heads: int = 2, *, num_tokens: int | None = None, d_in: i
     """Draw the flow of multi-head attention for any number of heads.
 
     Read it left to right: the input ``X`` enters once and fans out, unchanged, to every head;
-    each head turns it into its own context vectors ``Z_i`` with its own weights; and the merge
-    joins the ``Z_i`` into one matrix ``Z``, the only place the heads' paths meet. With one head
+    each head turns it into its own context vectors ``Z_m`` with its own weights; and the merge
+    joins the ``Z_m`` into one matrix ``Z``, the only place the heads' paths meet. With one head
     there is nothing to merge and ``Z = Z_1``.
 
     Args:
