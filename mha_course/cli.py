@@ -16,7 +16,7 @@ runs, so building the parser imports neither the exercises' checks nor nbformat 
 * ``specialise`` - :mod:`mha_course.experiments.specialisation`, the experiment of chapter 5;
 * ``student``, ``grade``, ``progress`` and ``lab`` - the student edition, the grader (with a class's
   gradebook), the learner's progress view, and JupyterLab opened on the student edition;
-* ``autograder`` - :mod:`mha_course.grading.autograder`, the zip of a Gradescope autograder.
+* ``autograder`` - :mod:`mha_course.grading.gradebook`, the zip of a Gradescope autograder.
 """
 
 from __future__ import annotations
@@ -277,9 +277,9 @@ def _grade(args: argparse.Namespace) -> int:
 
 
 def _autograder(args: argparse.Namespace) -> int:
-    from .grading import autograder
+    from .grading import gradebook
 
-    return autograder.main(args)
+    return gradebook.autograder(args)
 
 
 def _progress(args: argparse.Namespace) -> int:
@@ -306,7 +306,8 @@ def _add_student_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 GRADE_EXIT_STATUS = ("exit status: 0 when every exercise graded passed, 1 when one did not or a notebook had none "
-                     "to grade (or grading cannot run here), 2 for a mistake on the command line; a classroom runner "
+                     "to grade (or grading cannot run here), 2 for a mistake on the command line or a sandbox "
+                     "required and missing; a classroom runner "
                      "can score by it")
 
 
@@ -330,6 +331,11 @@ def _add_grade_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=None, metavar="SEED",
                         help="draw the checks' inputs from SEED (a report's \"seed\"): a regrade with it draws the "
                              "same inputs and gives the same verdicts (default: a fresh seed per notebook)")
+    parser.add_argument("--require-sandbox", action="store_true",
+                        help="refuse to grade (exit status 2) where no sandbox can start (bubblewrap, Linux)")
+    parser.add_argument("--in-container", action="store_true",
+                        help="this grading runs in a container of its own for one submission (Gradescope): start "
+                             "no sandbox, and record sandbox: container")
     _add_limit_arguments(parser, jobs=1)
 
 

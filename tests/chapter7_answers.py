@@ -214,6 +214,28 @@ def _backward_with(**how):
     return lambda *args: _backward(*args, **how)
 
 
+def _backward_not_divided(queries, keys, values, out, row_max, row_sum, grad_out):
+    scale = queries.shape[-1] ** -0.5
+    T = queries.shape[-2]
+    scores = (queries @ keys.transpose(-2, -1) * scale).masked_fill(
+        torch.ones(T, T, dtype=torch.bool, device=queries.device).triu(1), float("-inf"))
+    p = torch.exp(scores - row_max)  # the maximum taken off, but the row sum never divided
+    dv = p.transpose(-2, -1) @ grad_out
+    ds = p * (grad_out @ values.transpose(-2, -1) - (grad_out * out).sum(-1, keepdim=True))
+    return ds @ keys * scale, ds.transpose(-2, -1) @ queries * scale, dv
+
+
+def _backward_dv_untransposed(queries, keys, values, out, row_max, row_sum, grad_out):
+    scale = queries.shape[-1] ** -0.5
+    T = queries.shape[-2]
+    scores = (queries @ keys.transpose(-2, -1) * scale).masked_fill(
+        torch.ones(T, T, dtype=torch.bool, device=queries.device).triu(1), float("-inf"))
+    p = torch.exp(scores - row_max - torch.log(row_sum))
+    dv = p @ grad_out  # P, not P^T: the shapes match, so nothing complains
+    ds = p * (grad_out @ values.transpose(-2, -1) - (grad_out * out).sum(-1, keepdim=True))
+    return ds @ keys * scale, ds.transpose(-2, -1) @ queries * scale, dv
+
+
 def _backward_by_autograd_of_the_package(queries, keys, values, out, row_max, row_sum, grad_out):
     leaves = [t.detach().clone().requires_grad_() for t in (queries, keys, values)]
     return torch.autograd.grad(tiled.tiled_attention(*leaves), leaves, grad_out)
@@ -255,6 +277,8 @@ WRONG = {
     ("7.3", "d-from-p"): _backward_with(d_from="p"),
     ("7.3", "no-d"): _backward_with(d_from=None),
     ("7.3", "grads-not-scaled"): _backward_with(scaled=False),
+    ("7.3", "row-sum-not-divided"): _backward_not_divided,
+    ("7.3", "dv-untransposed"): _backward_dv_untransposed,
 }
 
 #: Answers that are, or call, the package's own answer (or the checks' own): refused, naming what

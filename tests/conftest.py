@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from torch import nn
@@ -18,48 +20,11 @@ from mha_course import (
 from mha_course.bench import machine
 from mha_course.bench.machine import cpu_memory_unsupported_reason
 from mha_course.grading.grading_setup import platform_problem
+from mha_course.grading.sandbox import BUBBLEWRAP, choose_sandbox, python_folders
 
 # tests/notebooks/ holds the grader's test inputs (some raise, hang or tamper on purpose): they are
 # read by tests/test_grader.py, never collected by nbval as chapters.
 collect_ignore_glob = ["notebooks/*.ipynb"]
-
-
-#: Test files (or folders) that take longest, in that order: under pytest-xdist they start first, one
-#: to a worker, and the rest fill in around them (by number of tests, as xdist orders them). The grading
-#: files have few tests each, so xdist alone would hand them out last, and the run would end waiting
-#: for one of them.
-LONGEST_FIRST = ("tests/browser", "tests/test_grader.py", "tests/test_grading_isolation.py", "tests/test_gradebook.py",
-                 "tests/test_student.py")
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config, log):
-    """Under ``-n N --dist loadfile`` (make test, make test-package): a file's tests run on one worker,
-    as loadfile does, and so do all the browser tests together (each worker visits a page of the book
-    once for all its browser tests, in tests/browser's ``visit`` fixture: two files on two workers
-    would each visit every page); the files of ``LONGEST_FIRST`` are handed out first."""
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class LongestFirst(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            scope = super()._split_scope(nodeid)
-            return "tests/browser" if scope.startswith("tests/browser/") else scope
-
-        def _assign_work_unit(self, node) -> None:
-            # The first time: move the longest files to the front of the queue (xdist queued the files
-            # by number of tests). Each worker's own collection, which the tests to run are numbered
-            # by, stays as it is.
-            if not getattr(self, "_longest_first", False):
-                self._longest_first = True
-                tier = {scope: LONGEST_FIRST.index(scope) if scope in LONGEST_FIRST else len(LONGEST_FIRST)
-                        for scope in self.workqueue}
-                for scope in sorted(self.workqueue, key=tier.__getitem__):
-                    self.workqueue.move_to_end(scope)
-            super()._assign_work_unit(node)
-
-    return LongestFirst(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -80,6 +45,12 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 # Grading (python -m mha_course grade / progress) needs a POSIX system; elsewhere (Windows) the
 # tests that grade are skipped with the grader's own message.
 POSIX_GRADING = pytest.mark.skipif(platform_problem() is not None, reason=platform_problem() or "")
+# Grading's sandbox (bubblewrap): the tests that show what it prevents are skipped where none starts (macOS, a
+# container that refuses user namespaces), but not where MHA_COURSE_REQUIRE_SANDBOX=1 says it must (.ci/run).
+SANDBOX_STARTS = platform_problem() is None and choose_sandbox(python_folders()).kind == BUBBLEWRAP
+SANDBOXED = pytest.mark.skipif(not SANDBOX_STARTS and os.environ.get("MHA_COURSE_REQUIRE_SANDBOX") != "1",
+                               reason="no bubblewrap sandbox starts here: sudo apt-get install bubblewrap, or allow "
+                                      "user namespaces")
 # The benchmark's peak-memory probe forks a child and reads the resource module: not on Windows.
 CPU_MEMORY = pytest.mark.skipif(cpu_memory_unsupported_reason() is not None,
                                 reason=f"peak memory is not measured: {cpu_memory_unsupported_reason()}")
@@ -163,6 +134,17 @@ def on_a_thread(work, guard: float):
     if errors:
         raise errors[0]
     return results[0]
+
+
+def all_ended(pids, guard: float = 60.0) -> bool:
+    """Whether every process of ``pids`` has ended, waiting up to ``guard`` seconds: a sandbox's processes
+    end a few milliseconds after its first process is reaped, as the system tears the sandbox down."""
+    import time
+
+    deadline = time.monotonic() + guard
+    while any(process_running(int(pid)) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return not any(process_running(int(pid)) for pid in pids)
 
 
 def process_running(pid: int) -> bool:

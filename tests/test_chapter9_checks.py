@@ -47,3 +47,27 @@ def test_the_padded_message_shows_the_mask_it_used(monkeypatch):
 
 def test_the_answers_pass():
     assert run_check("9.1", CORRECT["9.1"]).passed and run_check("9.2", CORRECT["9.2"]).passed
+
+
+def _padded_by_nonzero_mixing_devices(queries, keys, values, attention_mask):
+    """Right numbers, one sequence at a time through nonzero, but the mask is combined with a CPU tensor."""
+    out = torch.zeros_like(queries)
+    for b in range(len(queries)):
+        real = (attention_mask[b].bool() & torch.ones(attention_mask.shape[1], dtype=torch.bool)).nonzero().flatten()
+        q, k, v = queries[b][:, real], keys[b][:, real], values[b][:, real]
+        future = torch.ones(len(real), len(real), dtype=torch.bool, device=q.device).triu(1)
+        out[b][:, real] = torch.softmax((q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(future, float("-inf")),
+                                        dim=-1) @ v
+    return out
+
+
+def test_an_answer_that_reads_its_numbers_is_not_called_unimplemented_and_a_device_mix_before_still_fails():
+    """On the meta device nonzero has no kernel (it raises NotImplementedError): the answer ran on the CPU,
+    so it is judged, never "not implemented yet"; what the meta run saw before it still counts."""
+    from chapter9_answers import ALSO_CORRECT
+
+    for answer in ALSO_CORRECT["9.2"]:
+        assert run_check("9.2", answer).passed
+    result = run_check("9.2", _padded_by_nonzero_mixing_devices)
+    assert result.failed_check == "output on the inputs' device", result.line
+    assert "cpu" in result.line and "Make every new tensor on the inputs' device" in result.line, result.line

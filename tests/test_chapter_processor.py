@@ -41,14 +41,14 @@ def _nbval(folder: Path, notebook: Path) -> subprocess.CompletedProcess:
         cwd=folder, env=env, capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.chapters
+@pytest.mark.kernel
 def test_chapter_kernels_run_without_vector_code(tmp_path):
     shutil.copy(REPO / "conftest.py", tmp_path / "conftest.py")
     run = _nbval(tmp_path, _notebook(tmp_path, "DEFAULT"))
     assert run.returncode == 0, run.stdout + run.stderr
 
 
-@pytest.mark.chapters
+@pytest.mark.kernel
 def test_without_the_set_up_the_kernel_uses_vector_code(tmp_path):
     """The control: the same notebook fails without the repository's conftest.py (where torch has vector
     code for this processor), so the test above cannot pass by accident."""

@@ -473,8 +473,8 @@ def test_result_displays_nothing_in_a_notebook():
 @pytest.mark.parametrize("exercise_id", list(CORRECT))
 def test_records_survive_the_trip_to_the_grader(exercise_id):
     # The grader moves records from the process where the answers run to its own, as marshal data
-    # (mha_course.grading.answer_probing): the verdict must be the same on the other side.
-    from mha_course.grading.answer_probing import from_message, to_message
+    # (mha_course.grading.answer_process): the verdict must be the same on the other side.
+    from mha_course.grading.answer_process import from_message, to_message
 
     exercise = EXERCISES[exercise_id]
     for answer in (CORRECT[exercise_id], *[WRONG[(exercise_id, m.key)] for m in exercise.mistakes][:2]):

@@ -31,6 +31,10 @@ MARKS = {8: [pytest.mark.skipif(importlib.util.find_spec("transformers") is None
 
 ANSWERS = {chapter: importlib.import_module(f"chapter{chapter}_answers") for chapter in SEEDS}
 
+#: The sweep takes as long as every other check test together: make test runs it, make check leaves it out
+#: (tests/test_checks.py runs every answer and mistake once there, on a fresh seed).
+pytestmark = pytest.mark.sweep
+
 
 def _exercises(chapter: int) -> list[str]:
     return [exercise_id for exercise_id, exercise in EXERCISES.items() if exercise.chapter == chapter]

@@ -35,8 +35,8 @@ from mha_course.__main__ import main
 from mha_course.exercises import EXERCISES
 from mha_course.exercises.framework import judge, probe
 from mha_course.grading.gradebook import GradebookRow, gradebook
-from mha_course.grading.report import NotebookReport
-from mha_course.grading.seeds import exercise_seeds
+from mha_course.grading.report import NotebookReport, exercise_seeds
+from mha_course.grading.sandbox import choose_sandbox, python_folders
 from mha_course.notebook_files import PACKAGED_DATA
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,6 +149,7 @@ def _table(rows: list[list[str]]) -> dict[tuple[str, str], tuple[str, ...]]:
 
 
 @POSIX_GRADING
+@pytest.mark.kernel
 def test_a_class_folder_is_graded_to_a_row_per_student_and_exercise(graded):
     assert graded.proc.returncode == 1, graded.proc.stderr  # not every exercise passed
     assert graded.rows[0] == list(GradebookRow.HEADER)
@@ -171,6 +172,7 @@ def test_a_class_folder_is_graded_to_a_row_per_student_and_exercise(graded):
 
 
 @POSIX_GRADING
+@pytest.mark.kernel
 def test_without_partial_an_exercise_earns_a_point_only_when_it_passes(graded):
     rows = gradebook({student: [report] for student, report in graded.reports.items()})
     assert [(r.exercise, r.points) for r in rows if r.student == "carol"][3:] == [("2.1", 1), ("2.2", 1), ("2.3", 0)]
@@ -178,6 +180,7 @@ def test_without_partial_an_exercise_earns_a_point_only_when_it_passes(graded):
 
 
 @POSIX_GRADING
+@pytest.mark.kernel
 def test_a_chapter_collected_without_its_data_folder_reads_the_packaged_copy(graded):
     assert not list(graded.submissions.rglob("data"))
     assert graded.reports["carol"].events == []  # the cells that read data/bench-cpu.json ran without error
@@ -185,11 +188,13 @@ def test_a_chapter_collected_without_its_data_folder_reads_the_packaged_copy(gra
 
 
 @POSIX_GRADING
+@pytest.mark.kernel
 def test_the_report_records_the_seed_the_version_and_the_notebook(graded):
     report = graded.reports["carol"]
     path = graded.submissions / "carol" / "work" / "02_stacked_heads.ipynb"
     assert report.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
     assert report.package_version == mha_course.__version__
+    assert report.sandbox == choose_sandbox(python_folders()).kind  # bubblewrap, or none where it cannot start
     assert {e.id: e.seed for e in report.exercises} == exercise_seeds(report.seed, ["2.1", "2.2", "2.3"])
     # The recorded seed is the one the inputs were drawn from: the check run here says the same.
     namespace: dict = {}
@@ -200,6 +205,7 @@ def test_the_report_records_the_seed_the_version_and_the_notebook(graded):
 
 
 @POSIX_GRADING
+@pytest.mark.kernel
 def test_a_regrade_with_the_recorded_seed_gives_the_same_inputs_and_verdicts(graded, tmp_path):
     first = graded.reports["carol"]
     out = tmp_path / "again.json"
@@ -215,6 +221,7 @@ def test_a_regrade_with_the_recorded_seed_gives_the_same_inputs_and_verdicts(gra
 
 
 @POSIX_GRADING
+@pytest.mark.kernel
 def test_the_autograder_zip_grades_a_submission_in_a_gradescope_tree(graded):
     assert graded.autograded.returncode == 0, graded.autograded.stderr
     names = zipfile.ZipFile(graded.bundle).namelist()
@@ -231,6 +238,7 @@ def test_the_autograder_zip_grades_a_submission_in_a_gradescope_tree(graded):
     assert tests["2.1"]["score"] == 0 and tests["2.1"]["name"] == f"2.1 {EXERCISES['2.1'].title}"
     assert results["score"] == 3 and all(t["visibility"] == "visible" for t in results["tests"])
     assert "01_one_causal_head.ipynb: graded by mha_course" in results["output"]
+    assert "sandbox: container" in results["output"]  # run_autograder grades --in-container
 
 
 @POSIX_GRADING

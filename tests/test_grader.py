@@ -4,8 +4,9 @@ patches torch.save when its answer is checked, one that edits the package's file
 whose kernel dies, one that calls exit(), one that never ends, one whose answers walk around the
 check "written by you", one whose answers read constants computed by a call, one whose class body
 swaps an exercise's probe, one whose kernel is not installed, one whose replayed code tries to
-choose the seed of the checks' inputs, and one whose right answers are bound by calls
-(``functools.partial``, ``lru_cache``, a decorator applied by hand) or are lambdas reading a constant. The grader must survive each, say what happened and in which
+choose the seed of the checks' inputs, one whose right answers are bound by calls
+(``functools.partial``, ``lru_cache``, a decorator applied by hand) or are lambdas reading a constant,
+and one whose right answer to 9.2 reads its tensors' numbers (``nonzero``), which PyTorch's meta device cannot. The grader must survive each, say what happened and in which
 cell, score only what the answers themselves earn, and never write into the learner's files or the
 package's.
 
@@ -24,6 +25,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -35,13 +37,15 @@ import torch
 from conftest import POSIX_GRADING
 from mha_course.__main__ import main
 from mha_course.exercises.definitions import defined_names, definitions
-from mha_course.grading.grader import (GradingUnavailableError, NotebookReport, exercises_for, format_report,
-                                         grade, grade_notebook)
-from mha_course.grading.answer_probing import from_message, to_message
-from mha_course.grading.confinement import landlock_version
-from mha_course.grading.package_files import EditWatch, PackageSnapshot
-from mha_course.grading.report import score
+from mha_course.grading.grader import grade, grade_notebook
+from mha_course.grading.grading_setup import GradingUnavailableError
+from mha_course.grading.answer_process import from_message, to_message
+from mha_course.grading.sandbox import PackageSnapshot
+from mha_course.grading.sandbox import BUBBLEWRAP
+from mha_course.grading.report import NotebookReport, chapters_of, format_report, score
 
+#: The tests that start kernels (the grade command's runs): make test runs them, make check does not.
+KERNEL = pytest.mark.kernel
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = Path(__file__).parent / "notebooks"
 SHARED = ["raises.ipynb", "tampers.ipynb", "exits.ipynb", "patches_save.ipynb", "calls_exit.ipynb",
@@ -107,7 +111,8 @@ def graded(tmp_path_factory):
     env.pop("MHA_COURSE_CHECK_SEED", None)  # every check draws its seed, as for a learner
     notebooks = folder / "notebooks"
     shutil.copytree(NOTEBOOKS, notebooks)
-    written = {"05_why_several_heads.ipynb": CHAPTER_5, "honest_bindings.ipynb": HONEST_BINDINGS, **_fixes_the_seed()}
+    written = {"05_why_several_heads.ipynb": CHAPTER_5, "honest_bindings.ipynb": HONEST_BINDINGS, **_fixes_the_seed(),
+               "09_padded_by_nonzero.ipynb": PADDED_BY_NONZERO}
     for name, cells in written.items():
         nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), notebooks / name)
     out = folder / "scores.json"
@@ -154,6 +159,7 @@ def _line(notebook: dict, exercise_id: str) -> str:
 
 
 @POSIX_GRADING
+@KERNEL
 def test_command_succeeds_with_table_json_and_progress_bar(graded):
     assert graded.proc.returncode == 1, graded.proc.stderr  # it ran to its end; not every exercise passed
     out = graded.proc.stdout
@@ -161,10 +167,10 @@ def test_command_succeeds_with_table_json_and_progress_bar(graded):
     reports = [NotebookReport.from_dict(n) for n in graded.scores["notebooks"]]
     assert out == format_report(reports) + f"\nScores written to {graded.out}\n"
     walks = _statuses(graded.by_name["walks_around_the_watch.ipynb"])["1.1"] == "passed"  # out of scope: either
-    assert f"Total: {14 + walks}/49 exercises passed in 13 notebook(s)" in out
-    assert "Grading" in graded.proc.stderr and "13/13" in graded.proc.stderr  # the progress line
+    assert f"Total: {15 + walks}/51 exercises passed in 14 notebook(s)" in out
+    assert "Grading" in graded.proc.stderr and "14/14" in graded.proc.stderr  # the progress line
     assert "Task exception" not in graded.proc.stderr
-    assert graded.scores["score"] == 14 + walks and graded.scores["max_score"] == 49
+    assert graded.scores["score"] == 15 + walks and graded.scores["max_score"] == 51
     assert [Path(n["notebook"]).name for n in graded.scores["notebooks"]] == graded.names
     # The notebook that never ends, in its run of its own: the same table and JSON, to its end.
     hangs = graded.hangs_proc
@@ -177,6 +183,7 @@ def test_command_succeeds_with_table_json_and_progress_bar(graded):
 
 
 @POSIX_GRADING
+@KERNEL
 def test_learners_files_and_the_package_are_untouched(graded):
     for path, content in graded.before.items():
         assert path.read_bytes() == content
@@ -187,6 +194,7 @@ def test_learners_files_and_the_package_are_untouched(graded):
 
 
 @POSIX_GRADING
+@KERNEL
 def test_a_cell_that_raises_is_reported_by_its_first_line_and_the_rest_still_counts(graded):
     notebook = graded.by_name["raises.ipynb"]
     assert _statuses(notebook) == {"1.1": "passed", "1.2": "failed", "1.3": "not implemented"}
@@ -200,6 +208,7 @@ def test_a_cell_that_raises_is_reported_by_its_first_line_and_the_rest_still_cou
 
 
 @POSIX_GRADING
+@KERNEL
 def test_tampering_cannot_fake_a_pass(graded):
     notebook = graded.by_name["tampers.ipynb"]
     # The wrong mask fails although the notebook redefined check, printed a pass, monkeypatched
@@ -217,6 +226,7 @@ def test_tampering_cannot_fake_a_pass(graded):
 
 
 @POSIX_GRADING
+@KERNEL
 def test_an_answer_that_patches_torch_while_it_is_checked_is_judged_on_what_it_does(graded):
     notebook = graded.by_name["patches_save.ipynb"]
     # The grader saves nothing with torch.save: the stub that patches it when it is called is a
@@ -227,6 +237,7 @@ def test_an_answer_that_patches_torch_while_it_is_checked_is_judged_on_what_it_d
 
 
 @POSIX_GRADING
+@KERNEL
 def test_a_kernel_that_dies_is_blamed_on_its_cell_and_answers_before_it_count(graded):
     notebook = graded.by_name["exits.ipynb"]
     assert _statuses(notebook) == {"1.1": "passed", "1.2": "missing", "1.3": "missing"}
@@ -235,6 +246,7 @@ def test_a_kernel_that_dies_is_blamed_on_its_cell_and_answers_before_it_count(gr
 
 
 @POSIX_GRADING
+@KERNEL
 def test_exit_is_blamed_on_the_cell_that_called_it(graded):
     notebook = graded.by_name["calls_exit.ipynb"]
     # The right answer before exit() passes; the one after it never ran, and says why.
@@ -250,6 +262,7 @@ def test_exit_is_blamed_on_the_cell_that_called_it(graded):
 
 
 @POSIX_GRADING
+@KERNEL
 def test_a_cell_that_never_ends_is_interrupted_and_the_notebook_goes_on(graded):
     notebook = graded.by_name[HANGS]
     # 1.1 was defined before the endless cell; the answer to 1.2 never returns when called;
@@ -264,6 +277,7 @@ def test_a_cell_that_never_ends_is_interrupted_and_the_notebook_goes_on(graded):
 
 
 @POSIX_GRADING
+@KERNEL
 def test_a_chapter_5_notebook_is_graded_by_name_and_a_stale_verdict_is_reported(graded):
     notebook = graded.by_name["05_why_several_heads.ipynb"]
     assert _statuses(notebook) == {"5.1": "passed"}
@@ -273,71 +287,91 @@ def test_a_chapter_5_notebook_is_graded_by_name_and_a_stale_verdict_is_reported(
 
 
 @POSIX_GRADING
+@KERNEL
 def test_a_notebook_that_edits_the_package_is_refused_or_not_scored_and_the_others_are_unaffected(graded):
-    # The kernel imports a private copy of the package, so the notebook's edit reaches that copy,
-    # never the installed files (test_learners_files_and_the_package_are_untouched) nor the
-    # notebooks graded beside it, whose verdicts the tests above check. Where the grader confines
-    # the kernel to the notebook's own folder, the edit is refused outright.
+    # The kernel imports the grading's copy of the package, so the notebook's edit reaches that copy,
+    # never the installed files (test_learners_files_and_the_package_are_untouched) nor the notebooks
+    # graded beside it, whose verdicts the tests above check. In a sandbox the copy is read-only, and
+    # the edit is refused outright.
     notebook = graded.by_name["edits_package.ipynb"]
     assert notebook["score"] == 0
-    if landlock_version():
+    if notebook["sandbox"] == BUBBLEWRAP:
         assert set(_statuses(notebook).values()) == {"not implemented"}
         [event] = notebook["events"]
-        assert event.startswith("cell 3 (`FORGERY = ") and "raised PermissionError" in event
+        assert event.startswith("cell 3 (`FORGERY = ") and "raised OSError: [Errno 30] Read-only file system" in event
     else:
         assert set(_statuses(notebook).values()) == {"not scored"}
-        assert notebook["events"] == ["not scored: the notebook changed the package's files (grading/answer_probing.py)"]
+        assert notebook["events"] == ["not scored: the notebook changed the package's files (grading/answer_process.py)"]
+
+
+#: A right answer to 9.2 that reads its tensors' numbers, one sequence at a time.
+PADDED_BY_NONZERO = [
+    "import torch\nfrom mha_course import check",
+    "def padded_attention(queries, keys, values, attention_mask):\n    out = torch.zeros_like(queries)\n"
+    "    for b in range(len(queries)):\n        real = attention_mask[b].nonzero().flatten()\n"
+    "        q, k, v = queries[b][:, real], keys[b][:, real], values[b][:, real]\n"
+    "        future = torch.ones(len(real), len(real), dtype=torch.bool, device=q.device).triu(1)\n"
+    "        scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(future, float('-inf'))\n"
+    "        out[b][:, real] = torch.softmax(scores, dim=-1) @ v\n    return out",
+    'check("9.2", padded_attention)',
+]
+
+
+@POSIX_GRADING
+@KERNEL
+def test_a_right_answer_that_reads_its_tensors_numbers_passes_in_the_grader_as_in_the_notebook(graded):
+    report = graded.by_name["09_padded_by_nonzero.ipynb"]
+    assert _statuses(report) == {"9.1": "missing", "9.2": "passed"}, report
+    assert report["exercises"][1]["notebook_printed"].startswith("✓ 9.2 passed")
 
 
 WAITS_FOR_AN_EDIT = [
-    "import os, pathlib, time\nsignals = pathlib.Path(os.environ['GRADING_SIGNALS'])\n"
-    "pathlib.Path('running').touch()  # in its own folder: the only one it may write in\n"
-    "while not (signals / 'saved').exists():\n    time.sleep(0.05)",
+    "import pathlib, time\npathlib.Path('running').touch()  # in its own folder, where the test looks\n"
+    "while not pathlib.Path('saved').exists():\n    time.sleep(0.05)",
+    "import importlib.util, mha_course\nfrom mha_course.attention import heads\n"
+    "assert 'A contributor' not in pathlib.Path(heads.__file__).read_text(), 'the kernel imported the edit'\n"
+    "assert importlib.util.find_spec('mha_course.new_module') is None, 'the kernel found the new module'",
     "def build_causal_mask(num_tokens, device=None):\n    import torch\n"
     "    return torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=device).triu(1)",
 ]
 
 
 @POSIX_GRADING
-def test_an_edit_and_a_new_module_saved_while_grading_runs_are_kept(tmp_path):
-    """A contributor saves a module and adds one while a notebook is graded: both are there afterwards,
-    and the notebook that ran meanwhile is reported and not scored (the grader cannot tell who changed them)."""
+@KERNEL
+def test_an_edit_and_a_new_module_saved_while_grading_runs_are_kept_and_change_no_grade(tmp_path):
+    """A contributor saves a module and adds one while a notebook is graded: both are there afterwards, and
+    the notebook that ran meanwhile was graded with the package as grading found it."""
     env = package_copy(tmp_path / "installed")
     package = tmp_path / "installed" / "mha_course"
-    signals = tmp_path / "signals"
-    signals.mkdir()
     notebook = tmp_path / "01_mine.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in WAITS_FOR_AN_EDIT]), notebook)
     out = tmp_path / "scores.json"
-    (tmp_path / "tmp").mkdir()  # the grader's temporary folders go there, the notebook's among them
+    grading_folders = Path(tempfile.mkdtemp())  # the grader's temporary folders go there, the notebook's among them
     process = grade_command([str(notebook), "--json", str(out), "--timeout", "600"], tmp_path,
-                            {**env, "GRADING_SIGNALS": str(signals), "TMPDIR": str(tmp_path / "tmp")})
+                            {**env, "TMPDIR": str(grading_folders)})
+    edited = (package / "attention" / "heads.py").read_text(encoding="utf-8") + "\n# A contributor's edit, saved while grading.\n"
     try:
-        waited = 0.0
-        while not (running := list((tmp_path / "tmp").glob("mha-course-grade-*/run/running"))) and (
-                process.poll() is None and waited < 600):
+        deadline = time.monotonic() + 600
+        while not (running := list(grading_folders.glob("mha-grading-*/*/running"))) and (
+                process.poll() is None and time.monotonic() < deadline):
             time.sleep(0.1)
-            waited += 0.1
         assert running, process.communicate()[1]
-        edited = (package / "attention" / "heads.py").read_text(encoding="utf-8") + "\n# A contributor's edit, saved while grading.\n"
         (package / "attention" / "heads.py").write_text(edited, encoding="utf-8")
         (package / "new_module.py").write_text("NEW = True\n", encoding="utf-8")
-        (signals / "saved").touch()
+        (running[0].parent / "saved").touch()
         _, stderr = process.communicate(timeout=900)
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 1, stderr  # the notebook was not scored
+        shutil.rmtree(grading_folders, ignore_errors=True)
     assert (package / "attention" / "heads.py").read_text(encoding="utf-8") == edited
     assert (package / "new_module.py").read_text(encoding="utf-8") == "NEW = True\n"
     [report] = json.loads(out.read_text(encoding="utf-8"))["notebooks"]
-    assert set(_statuses(report).values()) == {"not scored"}
-    [event] = report["events"]
-    assert event.startswith("not scored: the package's installed files changed while this notebook ran "
-                            "(attention/heads.py, new_module.py). The grader never writes into them")
+    assert _statuses(report)["1.1"] == "passed" and report["events"] == [], (report, stderr)
 
 
 @POSIX_GRADING
+@KERNEL
 def test_the_grader_refuses_an_answer_that_walks_around_the_watch(graded):
     report = graded.by_name["walks_around_the_watch.ipynb"]
     # 1.2 calls torch's fused attention from a thread it starts: refused. 1.1 switches the check's
@@ -350,6 +384,7 @@ def test_the_grader_refuses_an_answer_that_walks_around_the_watch(graded):
 
 
 @POSIX_GRADING
+@KERNEL
 def test_answers_that_read_a_constant_computed_by_a_call_pass_in_the_grader_as_in_the_notebook(graded):
     report = graded.by_name["constants_computed_by_a_call.ipynb"]
     statuses = {e["id"]: e["status"] for e in report["exercises"] if e["id"] in ("1.1", "1.2", "3.4", "6.3")}
@@ -358,12 +393,14 @@ def test_answers_that_read_a_constant_computed_by_a_call_pass_in_the_grader_as_i
 
 
 @POSIX_GRADING
+@KERNEL
 def test_a_class_body_the_grader_replays_cannot_swap_a_probe(graded):
     report = graded.by_name["swaps_a_probe.ipynb"]
     assert _statuses(report)["1.1"] == "not scored", report  # its class body changed the exercise table
 
 
 @POSIX_GRADING
+@KERNEL
 def test_a_kernel_that_is_not_installed_falls_back_to_python3_with_a_note(graded):
     report = graded.by_name["01_names_another_kernel.ipynb"]
     assert _statuses(report)["1.1"] == "passed", report
@@ -380,8 +417,8 @@ SEEDED_CHAPTERS = ["02_stacked_heads.ipynb", "03_batched_heads.ipynb", "04_what_
 WITHOUT_DATA = "02_stacked_heads.ipynb"
 
 
-@pytest.mark.chapters
 @POSIX_GRADING
+@KERNEL
 def test_the_instructors_solutions_pass_when_graded_several_at_a_time(tmp_path):
     notebooks = tmp_path / "book"
     shutil.copytree(ROOT / "book" / "data", notebooks / "data")
@@ -438,6 +475,7 @@ HONEST_BINDINGS = [
 
 
 @POSIX_GRADING
+@KERNEL
 def test_answers_bound_by_a_call_or_reading_a_constant_from_a_lambda_pass_in_the_grader(graded):
     report = graded.by_name["honest_bindings.ipynb"]
     statuses = {e["id"]: e["status"] for e in report["exercises"] if e["id"] in ("6.3", "7.1", "7.2", "8.1")}
@@ -469,6 +507,7 @@ def _fixes_the_seed() -> dict[str, list[str]]:
 
 
 @POSIX_GRADING
+@KERNEL
 def test_code_the_grader_replays_cannot_choose_the_seed(graded):
     report = graded.by_name["fixes_the_seed.ipynb"]
     assert _statuses(report)["6.3"] == "failed", report  # drawn afresh, the inputs are not in the table
@@ -497,38 +536,31 @@ def test_records_cross_the_process_boundary_unchanged():
     assert back["n"] == 3 and back["nested"] == [(1, "a")] and back["odd"]["kind"] == "object"
 
 
-def test_the_package_snapshot_finds_edits_and_writes_nothing_back(tmp_path):
+def test_the_package_snapshot_writes_a_compiled_copy_finds_edits_in_it_and_writes_nothing_back(tmp_path):
     package = tmp_path / "mha_course"
     (package / "exercises").mkdir(parents=True)
     (package / "__init__.py").write_text("X = 1\n", encoding="utf-8")
     (package / "exercises" / "checks.py").write_text("OK = True\n", encoding="utf-8")
     snapshot = PackageSnapshot(package)
-    (package / "exercises" / "checks.py").write_text("OK = False\n", encoding="utf-8")
-    (package / "extra.py").write_text("", encoding="utf-8")
-    (package / "__pycache__").mkdir()
-    (package / "__pycache__" / "checks.cpython-311.pyc").write_bytes(b"compiled")  # any import writes these
-    assert snapshot.changed() == ["exercises/checks.py", "extra.py"]
-    watch = EditWatch(snapshot)
-    first, second = watch.start(), watch.start()
-    assert watch.finish(first) == ["exercises/checks.py", "extra.py"]
-    assert watch.finish(second) == ["exercises/checks.py", "extra.py"]  # it was running when they were found
-    later = watch.start()
-    assert watch.finish(later) == []  # reported once, to the notebooks running then
-    assert (package / "exercises" / "checks.py").read_text(encoding="utf-8") == "OK = False\n"
-    assert (package / "extra.py").exists() and (package / "__pycache__" / "checks.cpython-311.pyc").exists()
+    (package / "exercises" / "checks.py").write_text("OK = False\n", encoding="utf-8")  # saved after grading started
     copy = snapshot.write_copy(tmp_path / "copy")
     assert (copy / "mha_course" / "exercises" / "checks.py").read_text(encoding="utf-8") == "OK = True\n"
+    assert list((copy / "mha_course" / "exercises" / "__pycache__").glob("checks.*.pyc"))  # compiled once, here
+    assert snapshot.changed_in(copy) == []
     (copy / "mha_course" / "__init__.py").write_text("X = 2\n", encoding="utf-8")
-    assert snapshot.changed_in(copy) == ["__init__.py"]
+    (copy / "mha_course" / "extra.py").write_text("", encoding="utf-8")
+    assert snapshot.changed_in(copy) == ["__init__.py", "extra.py"]
+    assert (package / "exercises" / "checks.py").read_text(encoding="utf-8") == "OK = False\n"
+    assert not (package / "__pycache__").exists()
 
 
-def test_exercises_are_found_by_check_calls_and_chapter_file_names(tmp_path):
+def test_chapters_are_found_by_check_calls_and_chapter_file_names(tmp_path):
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('check( "2.3", f)')])
-    assert exercises_for(notebook, tmp_path / "mine.ipynb") == ["2.1", "2.2", "2.3"]
-    empty = nbformat.v4.new_notebook()
-    assert exercises_for(empty, tmp_path / "03_batched.ipynb") == ["3.1", "3.2", "3.3", "3.4", "3.5"]
-    assert exercises_for(empty, tmp_path / "05_why_several_heads.ipynb") == ["5.1"]
-    assert exercises_for(empty, tmp_path / "notes.ipynb") == []
+    assert chapters_of(notebook, tmp_path / "mine.ipynb") == {2}
+    assert chapters_of(notebook, tmp_path / "03_batched.ipynb") == {2, 3}
+    raw = {"cells": [{"cell_type": "code", "source": ["x = 1\n", 'check("5.1", f)']}]}  # the JSON, as stored
+    assert chapters_of(raw, tmp_path / "notes.ipynb") == {5}
+    assert chapters_of(nbformat.v4.new_notebook(), tmp_path / "notes.ipynb") == set()
 
 
 @POSIX_GRADING
@@ -576,31 +608,19 @@ def test_the_report_is_a_table_per_notebook_then_the_failures_the_events_and_the
     ]
 
 
-def test_without_the_posix_pieces_grading_stops_at_once_with_a_clear_message(monkeypatch, capsys, tmp_path):
-    # What Windows lacks: os.fork (processes there do not fork), hence subprocess's pass_fds and
-    # select on pipes, which the answer process needs.
-    monkeypatch.delattr(os, "fork", raising=False)
+def test_on_windows_grading_stops_at_once_with_a_clear_message(monkeypatch, capsys, tmp_path):
+    # What Windows lacks: subprocess's pass_fds, which hands the answer process its socket.
+    monkeypatch.setattr(sys, "platform", "win32")
     notebook = NOTEBOOKS / "raises.ipynb"
     for argv in (["grade", str(notebook)], ["progress", str(tmp_path)]):
         assert main(argv) == 1
         captured = capsys.readouterr()
         assert captured.out == "" and "Traceback" not in captured.err
-        assert captured.err.startswith(f"error: grading cannot run on this platform ({sys.platform}): it lacks os.fork")
-        for words in ("pass_fds", "select", "Linux or macOS", "WSL"):
+        assert captured.err.startswith("error: grading cannot run on this platform (win32): the grader hands the "
+                                       "process that checks the answers its socket (subprocess's pass_fds)")
+        for words in ("Linux or macOS", "WSL", "work everywhere"):
             assert words in captured.err
-    with pytest.raises(GradingUnavailableError, match="grade on Linux or macOS, or on Windows in WSL"):
+    with pytest.raises(GradingUnavailableError, match="Grade on Linux or macOS, or on Windows in WSL"):
         grade([notebook], progress=False)
-    with pytest.raises(GradingUnavailableError, match="it lacks os.fork"):
+    with pytest.raises(GradingUnavailableError, match="pass_fds"):
         grade_notebook(notebook)
-
-
-def test_a_pth_file_added_to_site_packages_is_found(tmp_path):
-    from mha_course.grading.package_files import environment_changes, environment_files
-
-    (tmp_path / "kept.pth").write_text("/somewhere\n", encoding="utf-8")
-    before = environment_files([tmp_path])
-    assert environment_changes(before, [tmp_path]) == []
-    (tmp_path / "switch_off.pth").write_text("import sys; sys.setprofile(None)\n", encoding="utf-8")
-    (tmp_path / "kept.pth").write_text("/elsewhere\n", encoding="utf-8")
-    assert environment_changes(before, [tmp_path]) == ["kept.pth", "switch_off.pth"]
-

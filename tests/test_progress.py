@@ -14,7 +14,7 @@ import pytest
 from conftest import POSIX_GRADING
 from mha_course.__main__ import main
 from mha_course.exercises import EXERCISES
-from mha_course.grading import grader
+from mha_course.grading.report import ExerciseScore, NotebookReport
 from mha_course.grading import progress as progress_module
 from mha_course.grading.progress import CACHE_NAME, chapter_notebooks, progress
 
@@ -41,6 +41,7 @@ def _states(chapter) -> dict[str, str]:
 
 
 @POSIX_GRADING
+@pytest.mark.kernel
 def test_every_chapter_is_listed_with_its_exercises(first):
     assert [c.chapter for c in first] == CHAPTERS
     one = first[0]
@@ -53,6 +54,7 @@ def test_every_chapter_is_listed_with_its_exercises(first):
 
 
 @POSIX_GRADING
+@pytest.mark.kernel
 def test_an_unchanged_notebook_is_not_graded_again(folder, first, monkeypatch, capsys):
     graded = []
     monkeypatch.setattr(progress_module, "grade", lambda paths, *args, **kwargs: graded.extend(paths) or [])
@@ -73,6 +75,7 @@ def test_an_unchanged_notebook_is_not_graded_again(folder, first, monkeypatch, c
 
 
 @POSIX_GRADING
+@pytest.mark.kernel
 def test_a_changed_notebook_or_package_is_graded_again(folder, first, monkeypatch):
     cache = json.loads((folder / CACHE_NAME).read_text(encoding="utf-8"))
     assert set(cache["notebooks"]) == {"01_one_causal_head.ipynb"}
@@ -80,7 +83,7 @@ def test_a_changed_notebook_or_package_is_graded_again(folder, first, monkeypatc
 
     def fake_grade(paths, *args, **kwargs):
         graded.extend(Path(p).name for p in paths)
-        return [grader.NotebookReport(str(p)) for p in paths]
+        return [NotebookReport(str(p)) for p in paths]
 
     monkeypatch.setattr(progress_module, "grade", fake_grade)
     path = folder / "01_one_causal_head.ipynb"
@@ -103,7 +106,7 @@ def _fake_grading(monkeypatch, status: str) -> list[str]:
 
     def fake_grade(paths, *args, **kwargs):
         graded.extend(Path(p).name for p in paths)
-        return [grader.NotebookReport(str(p), [grader.ExerciseScore("1.1", "t", status, 0, 0, 6, f"✗ 1.1: {status}")])
+        return [NotebookReport(str(p), [ExerciseScore("1.1", "t", status, 0, 0, 6, f"✗ 1.1: {status}")])
                 for p in paths]
 
     monkeypatch.setattr(progress_module, "grade", fake_grade)

@@ -241,6 +241,7 @@ def test_refuses_to_overwrite_then_force(tmp_path):
     assert b"my own work" not in learner_work.read_bytes()
 
 
+@pytest.mark.book  # writes the student edition of every chapter, as make book-student does
 def test_book_option_copies_the_book_around_the_notebooks(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     out = tmp_path / "student-book"
@@ -342,6 +343,7 @@ def test_an_exercise_has_no_answer_outside_its_folded_solution(chapter):
 _DIRECTIVE_LEFT = re.compile(r'class="language-\{|:{3,}\s*\{|\{[\w:-]+\}<code>|\{[\w:-]+\}`|^\(\S+\)=$', re.MULTILINE)
 
 
+@pytest.mark.book  # writes the student edition of every chapter, as make book-student does
 @pytest.mark.skipif(not CHAPTERS, reason="no chapter notebook has exercises yet")
 def test_student_markdown_renders_with_no_myst_left(tmp_path):
     # Rendered as CommonMark, as Jupyter renders it: no directive fence (a code block whose language
@@ -359,6 +361,7 @@ def test_student_markdown_renders_with_no_myst_left(tmp_path):
             assert re.search(rf"<h3>Exercise {re.escape(exercise.id)} · [^<]+</h3>", html), exercise.id
 
 
+@pytest.mark.book  # writes the student edition of every chapter, as make book-student does
 def test_student_edition_carries_the_data_the_chapters_read(tmp_path):
     write_student_edition(CHAPTERS, tmp_path)
     data = ROOT / "book" / "data"
@@ -406,7 +409,7 @@ def test_exercises_come_last_so_stubs_cannot_break_the_chapter(chapter):
     assert len(stubs) + len(checks) == len(code) - 1
 
 
-@pytest.mark.chapters
+@pytest.mark.kernel
 @POSIX_GRADING
 @pytest.mark.skipif(not CHAPTERS, reason="no chapter notebook has exercises yet")
 def test_first_student_chapter_runs_top_to_bottom_every_check_waits_and_it_scores_0(tmp_path):
@@ -422,7 +425,7 @@ def test_first_student_chapter_runs_top_to_bottom_every_check_waits_and_it_score
     assert report.score == 0
 
 
-@pytest.mark.chapters
+@pytest.mark.kernel
 @pytest.mark.skipif(len(CHAPTERS) < 2, reason="only one chapter has exercises")
 def test_later_chapters_exercise_sections_run_and_every_check_waits(tmp_path):
     # The whole of each later chapter already runs under nbval in its source edition; what the
@@ -450,6 +453,7 @@ def _free_port() -> int:
                     "is JupyterLab only where os.execv replaces the process (POSIX); on Windows the command runs "
                     "JupyterLab as a child process")
 @pytest.mark.skipif(not CHAPTERS, reason="no chapter notebook has exercises yet")
+@pytest.mark.kernel  # a JupyterLab server, as slow to start as kernels
 def test_lab_writes_what_is_missing_keeps_the_learners_work_and_serves_it(tmp_path):
     # What `make lab` runs, headless: the student edition is written where a notebook is missing,
     # a notebook already there is kept as it is, and JupyterLab lists the folder over its REST API.

@@ -10,6 +10,7 @@ student edition to its notebook and anchor; and they check that what the HTML hi
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -52,8 +53,15 @@ def _links(text: str) -> list[tuple[str, str]]:
     return found
 
 
+@functools.cache
+def _works() -> dict:
+    """The works of references.bib, read once (pybtex takes seconds)."""
+    return read_bib((REPO / "book" / "references.bib").read_text(encoding="utf-8"))
+
+
 @pytest.fixture(scope="module")
 def student(tmp_path_factory) -> Path:
+    """The student edition of every page, written once: the tests that read it are marked ``book``."""
     out = tmp_path_factory.mktemp("student")
     write_student_edition(default_notebooks(REPO), out, root=REPO)
     return out
@@ -68,6 +76,7 @@ def test_the_books_notebook_has_no_myst_jupyter_would_show_raw(docname):
         f"{docname}: a figure caption in cell metadata, which Jupyter does not show: write it in Markdown")
 
 
+@pytest.mark.book
 def test_the_student_edition_has_no_myst_left_on_any_page(student):
     pages = sorted(student.glob("*.ipynb"))
     assert len(pages) == len(NOTEBOOKS) + len(list((REPO / "book").glob("*.md")))
@@ -76,6 +85,7 @@ def test_the_student_edition_has_no_myst_left_on_any_page(student):
         assert not left, f"{path.name}: MyST left in the student edition: {left[:5]}"
 
 
+@pytest.mark.book
 def test_every_link_of_the_student_edition_opens_a_page_at_its_anchor(student):
     anchors = {}
     for path in student.glob("*.ipynb"):
@@ -100,7 +110,7 @@ def test_every_link_of_the_student_edition_opens_a_page_at_its_anchor(student):
 def test_the_books_links_point_at_its_pages_and_name_the_works_they_cite(docname):
     """Sphinx checks each anchor at build time (-n); here, that each page exists, and that a
     citation reads as the References list names the work."""
-    works = read_bib((REPO / "book" / "references.bib").read_text(encoding="utf-8"))
+    works = _works()
     for text in _markdown(nbformat.read(source_of(docname), as_version=4)):
         for label, href in _links(text):
             if re.match(r"[a-z]+:", href) or href.startswith("#"):
@@ -113,6 +123,7 @@ def test_the_books_links_point_at_its_pages_and_name_the_works_they_cite(docname
                     f"{docname}: the citation {label!r} does not name {anchor}")
 
 
+@pytest.mark.book
 def test_what_the_html_hides_is_hidden_in_the_student_edition(student):
     hidden = dropped = listings = outputs = 0
     for docname in NOTEBOOKS:
@@ -189,6 +200,7 @@ def test_the_chapters_have_asides():
     assert asides >= 3, asides
 
 
+@pytest.mark.book
 def test_a_stub_is_shown_where_the_book_folds_its_solution(student):
     for docname in NOTEBOOKS:
         path = source_of(docname)
@@ -215,7 +227,7 @@ def test_a_cite_role_names_only_a_work_whose_label_is_its_year():
     """Sphinx writes a ``{cite:p}`` as "Authors, year" from the entry itself; where one author has two
     works of a year the References list labels them "2024a" and "2024b", so such a work is cited by a
     Markdown link with the label's text, as the chapters do."""
-    works = read_bib((REPO / "book" / "references.bib").read_text(encoding="utf-8"))
+    works = _works()
     assert any(w.year[-1].isalpha() for w in works.values()), "no work shares an author and a year"
     roles = wrong = 0
     for page in sorted((REPO / "book").glob("*.md")):

@@ -6,9 +6,9 @@ workflow files and check that:
 - each is YAML with what the checks below read (``on``, ``jobs``, each job's ``runs-on`` and ``steps``
   unless it calls a reusable workflow, each step one ``uses`` or one ``run``); which keys and events GitHub
   accepts is left to its own schema, which the pre-commit hook ``check-github-workflows`` applies;
-- every ``run`` step is a README command (``make test``, ``make test-package``, ``make book``,
+- every ``run`` step is a README command (``make test``, ``make check``, ``make book``,
   ``make book-student``), a matrix job's naming its Python as the set-up page says
-  (``make test-package PYTHON=python${{ matrix.python }}``), except on Windows, which has no dependable ``make``: there the steps must be
+  (``make check PYTHON=python${{ matrix.python }}``), except on Windows, which has no dependable ``make``: there the steps must be
   the Makefile's own recipe lines, with the virtual environment's Windows path;
 - every job pins a Python the README states (and ``pyproject.toml`` requires): a job without a matrix
   the oldest, the one the stored outputs come from; a matrix any of them. Every job caches pip's
@@ -141,9 +141,9 @@ VARIABLES, RULES = read_makefile(MAKEFILE)
 
 
 def windows_recipe(makefile: str) -> list[str]:
-    """What a Windows job runs instead of ``make test-package``: the set-up and the target's recipe."""
+    """What a Windows job runs instead of ``make check``: the set-up and the target's recipe."""
     variables, rules = read_makefile(makefile, WINDOWS_VARIABLES)
-    return [line for target in (variables["STAMP"], "test-package") for line in rules[target]]
+    return [line for target in (variables["STAMP"], "check") for line in rules[target]]
 
 
 def jobs_of(workflow: dict) -> dict[str, dict]:
@@ -287,15 +287,15 @@ def python_problems(name: str, workflow: dict, versions: list[str]) -> list[str]
 def matrix_problems(workflows: dict[str, dict], makefile: str, versions: list[str]) -> list[str]:
     """Every Python of ``versions`` runs the package's tests on Linux, macOS and Windows.
 
-    ``make test`` runs them too (its pytest collects everything ``make test-package`` does), and on
-    Windows the Makefile's recipe stands for ``make test-package``.
+    ``make test`` runs them too (its pytest runs everything ``make check`` does), and on
+    Windows the Makefile's recipe stands for ``make check``.
     """
     windows = windows_recipe(makefile)
     ran: set[tuple[str, str]] = set()  # (platform, version)
     for name, workflow in workflows.items():
         for job_id, job in jobs_of(workflow).items():
             lines = run_lines(job)
-            if not ({"make test", "make test-package"} & {readme_command(line)[0] for line in lines}
+            if not ({"make test", "make check"} & {readme_command(line)[0] for line in lines}
                     or lines == windows):
                 continue
             runs, _ = job_pythons(f"{name}: job {job_id!r}", job, versions)
@@ -309,7 +309,7 @@ def matrix_problems(workflows: dict[str, dict], makefile: str, versions: list[st
 
 
 PLATFORMS = ("ubuntu", "macos", "windows")
-# A README command, which may name the interpreter for .venv as the set-up page says: `make test-package
+# A README command, which may name the interpreter for .venv as the set-up page says: `make check
 # PYTHON=python${{ matrix.python }}` in a job that sets up each Python of its matrix.
 COMMAND = re.compile(r"make ([\w-]+)(?: PYTHON=(python\$\{\{ matrix\.[\w-]+ \}\}|\S+))?")
 
@@ -340,10 +340,10 @@ def command_problems(workflows: dict[str, dict], makefile: str, readme: str) -> 
             lines = run_lines(job)
             if "windows" in runner(job) and not all(COMMAND.fullmatch(line) for line in lines):
                 if lines == windows:
-                    ran.setdefault("make test-package", set()).add(runner(job))
+                    ran.setdefault("make check", set()).add(runner(job))
                 else:
                     problems.append(
-                        f"{where} runs {lines}, not the Makefile's set-up and `test-package` recipe with the "
+                        f"{where} runs {lines}, not the Makefile's set-up and `check` recipe with the "
                         f"Windows path: {windows}"
                     )
                 continue
@@ -365,7 +365,7 @@ def command_problems(workflows: dict[str, dict], makefile: str, readme: str) -> 
                 else:
                     ran.setdefault(command, set()).add(runner(job))
     for command, platform in [
-        ("make test", "ubuntu"), ("make test-package", "macos"), ("make test-package", "windows"),
+        ("make test", "ubuntu"), ("make check", "macos"), ("make check", "windows"),
         ("make book", "ubuntu"), ("make book-student", "ubuntu"),
     ]:
         if not any(platform in labels for labels in ran.get(command, ())):
@@ -485,7 +485,8 @@ def test_the_windows_steps_are_the_makefiles_recipe_line_for_line():
         "python -m venv .venv",
         ".venv/Scripts/python -m pip install --quiet --disable-pip-version-check -r requirements.txt",
         ".venv/Scripts/python -m pip install --quiet --disable-pip-version-check --no-deps -e .",
-        ".venv/Scripts/python -m pytest -n 2 --dist loadfile -m 'not chapters' mha_course tests --ignore=tests/browser --ignore-glob='*.ipynb'",
+        ".venv/Scripts/ruff check .",
+        ".venv/Scripts/python -m pytest -n 2 --dist worksteal -m 'not kernel and not book and not browser and not sweep'",
     ]
 
 
@@ -525,13 +526,13 @@ def make_dry_run(target: str, variables: dict[str, str]) -> subprocess.Completed
 @pytest.mark.parametrize("given", [{}, {"PYTHON": "/opt/pythons/python3.13"}, {"PYTHON": "python3.12"}],
                          ids=["as-is", "PYTHON=path", "PYTHON=name"])
 def test_the_makefile_reader_agrees_with_make(given):
-    """The checks above stand on this reader: its view of ``make test-package`` is what make runs, also when
+    """The checks above stand on this reader: its view of ``make check`` is what make runs, also when
     a user picks the interpreter on the command line as CONTRIBUTING and the set-up page say."""
-    make = make_dry_run("test-package", given)
+    make = make_dry_run("check", given)
     printed = [line for line in make.stdout.splitlines() if not line.startswith(("echo ", "touch "))]
     assert make.returncode == 0, make.stderr
     variables, rules = read_makefile(MAKEFILE, given)
-    assert printed == [*rules[variables["STAMP"]], *rules["test-package"]]
+    assert printed == [*rules[variables["STAMP"]], *rules["check"]]
     if given:
         assert f"{given['PYTHON']} -m venv .venv" in printed
 
@@ -539,10 +540,10 @@ def test_the_makefile_reader_agrees_with_make(given):
 @pytest.mark.skipif(shutil.which("make") is None or sys.platform == "win32", reason="needs make")
 def test_the_makefile_reader_test_fails_when_the_reader_is_told_less_than_make():
     """The comparison above can fail: a reader left unaware of a command-line PYTHON disagrees with make."""
-    make = make_dry_run("test-package", {"PYTHON": "python3.12"})
+    make = make_dry_run("check", {"PYTHON": "python3.12"})
     printed = [line for line in make.stdout.splitlines() if not line.startswith(("echo ", "touch "))]
     variables, rules = read_makefile(MAKEFILE)
-    assert printed != [*rules[variables["STAMP"]], *rules["test-package"]]
+    assert printed != [*rules[variables["STAMP"]], *rules["check"]]
 
 
 @pytest.mark.skipif(shutil.which("make") is None or sys.platform == "win32", reason="needs make")
@@ -587,8 +588,8 @@ DRIFTS = {
         "a workflow step is a README command",
     ),
     "a make target the Makefile lacks": (
-        lambda w: _replace_run(_job(w, "test.yml", "make test"), "make test", "make check"),
-        "the Makefile has no target 'check'",
+        lambda w: _replace_run(_job(w, "test.yml", "make test"), "make test", "make verify"),
+        "the Makefile has no target 'verify'",
     ),
     "Linux no longer runs make test": (
         lambda w: jobs_of(w["test.yml"]).pop("test"),
@@ -612,7 +613,7 @@ DRIFTS = {
         "no job runs the package's tests with Python 3.13 on macos",
     ),
     "the Linux matrix no longer runs the newest Python": (
-        lambda w: _job(w, "test.yml", "make test-package")["strategy"]["matrix"]["python"].remove("3.13"),
+        lambda w: _job(w, "test.yml", "make check")["strategy"]["matrix"]["python"].remove("3.13"),
         "no job runs the package's tests with Python 3.13 on ubuntu",
     ),
     "a matrix version written as a YAML number": (
@@ -635,16 +636,16 @@ DRIFTS = {
     "the Windows steps drift from the Makefile": (
         lambda w: steps_of(_job(w, "test.yml", "windows"))[-1].update(
             {"run": ".venv/Scripts/python -m pytest mha_course tests"}),
-        "not the Makefile's set-up and `test-package` recipe",
+        "not the Makefile's set-up and `check` recipe",
     ),
     "a matrix job that leaves the Python to python3": (
-        lambda w: _replace_run(_job(w, "test.yml", "macos"), "make test-package PYTHON=python${{ matrix.python }}",
-                               "make test-package"),
-        "pick it as the set-up page says, `make test-package PYTHON=python${{ matrix.python }}`",
+        lambda w: _replace_run(_job(w, "test.yml", "macos"), "make check PYTHON=python${{ matrix.python }}",
+                               "make check"),
+        "pick it as the set-up page says, `make check PYTHON=python${{ matrix.python }}`",
     ),
     "a matrix job that names another Python": (
-        lambda w: _replace_run(_job(w, "test.yml", "macos"), "make test-package PYTHON=python${{ matrix.python }}",
-                               "make test-package PYTHON=python3.11"),
+        lambda w: _replace_run(_job(w, "test.yml", "macos"), "make check PYTHON=python${{ matrix.python }}",
+                               "make check PYTHON=python3.11"),
         "pick it as the set-up page says",
     ),
     "a job that names a Python it does not set up": (
@@ -699,7 +700,7 @@ def test_a_drifted_workflow_is_caught(drift):
 
 
 def test_a_makefile_recipe_changed_without_the_windows_steps_is_caught():
-    makefile = MAKEFILE.replace("--ignore=tests/browser", "--ignore=tests/browser -x")
+    makefile = MAKEFILE.replace("-m 'not kernel and not book and not browser and not sweep'", "-m 'not kernel and not browser' -x")
     assert makefile != MAKEFILE
     assert any("not the Makefile's set-up" in problem for problem in all_problems(WORKFLOW_FILES, makefile=makefile))
 
@@ -712,7 +713,7 @@ def test_a_readme_that_moves_on_is_caught():
     assert wider != README
     assert "no job runs the package's tests with Python 3.14 on windows" in all_problems(WORKFLOW_FILES, readme=wider)
     assert requires_python(pythons_in(wider)) == 'requires-python = ">=3.11,<3.15"'
-    without = README.replace("make test-package", "make tests-of-the-package")
+    without = README.replace("make check", "make tests-of-the-package")
     assert any("which the README does not mention" in p for p in all_problems(WORKFLOW_FILES, readme=without))
 
 

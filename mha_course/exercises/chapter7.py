@@ -510,9 +510,10 @@ def backward_variant(queries, keys, values, out, row_max, row_sum, grad_out, *, 
         num_tokens = queries.shape[-2]
         future = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=queries.device).triu(1)
         scores = scores.masked_fill(future, -torch.inf)
-    lse = torch.log(row_sum) + (0 if mistake == "lse-without-max" else row_max)  # (B, h, T, 1)
+    lse = (0 if mistake == "row-sum-not-divided" else torch.log(row_sum)) + (
+        0 if mistake == "lse-without-max" else row_max)  # (B, h, T, 1)
     p = torch.exp(scores - lse)  # the probabilities, recomputed
-    d_v = p.transpose(-2, -1) @ grad_out
+    d_v = (p if mistake == "dv-untransposed" else p.transpose(-2, -1)) @ grad_out
     d_p = grad_out @ values.transpose(-2, -1)
     d = p.sum(-1, keepdim=True) if mistake == "d-from-p" else (grad_out * out).sum(-1, keepdim=True)
     d_s = p * d_p if mistake == "no-d" else p * (d_p - d)
@@ -616,6 +617,16 @@ BACKWARD = Exercise(
                 "Your dq and dk miss the factor 1/sqrt(d_h). The scores are S = Q K^T / sqrt(d_h), so "
                 "dQ = dS K / sqrt(d_h) and dK = dS^T Q / sqrt(d_h); dv is right.",
                 _backward_like("grads-not-scaled")),
+        Mistake("row-sum-not-divided",
+                "Your P is exp(S - row_max): the maximum is taken off, but each row is never divided by its "
+                "sum, so its weights add up to row_sum, not 1. P = exp(S - row_max) / row_sum, that is "
+                "exp(S - L) with L = row_max + log(row_sum).",
+                _backward_like("row-sum-not-divided")),
+        Mistake("dv-untransposed",
+                "Your dv is P dO. Value j was weighed by P[i, j] for every query i, so its gradient sums over "
+                "the queries: dv = P^T dO (p.transpose(-2, -1) @ grad_out). The shapes match either way, "
+                "(T, T) times (T, d_h), which is why nothing complained.",
+                _backward_like("dv-untransposed")),
     ),
     shortcuts=package(tiled_attention, TiledAttention, TiledMultiHeadAttention,
                       why="It runs the package's own backward: write the gradients yourself.")

@@ -91,29 +91,29 @@ def _bound(statement: ast.stmt) -> set[str]:
 
 
 def _read(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-
-
-def _globals_read(definition: ast.stmt) -> set[str]:
-    """The names a ``def`` or ``class`` reads that it does not bind itself (its arguments, its
-    assignments): those it looks up among the notebook's globals."""
-    local = {n.id for n in ast.walk(definition) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
-    local |= {a.arg for n in ast.walk(definition) if isinstance(n, ast.arguments)
+    """The names ``node`` reads that it does not bind itself (a ``def``'s or a lambda's arguments and
+    assignments, a comprehension's variables): those it looks up among the notebook's globals."""
+    local = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+    local |= {a.arg for n in ast.walk(node) if isinstance(n, ast.arguments)
               for a in [*n.posonlyargs, *n.args, *n.kwonlyargs, n.vararg, n.kwarg] if a is not None}
-    return _read(definition) - local
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - local
 
 
-def used_globals(codes: list[str]) -> set[str]:
-    """The names the notebook's ``def`` and ``class`` statements read (the cells' code in
-    ``codes``), and those the assignments binding them read in turn.
+def used_globals(codes: list[str], answers: set[str] = frozenset()) -> set[str]:
+    """The names the notebook's ``def`` and ``class`` statements read (the cells' code in ``codes``),
+    the ``answers``' own names (so that ``f = torch.no_grad()(g)``, ``functools.partial(...)`` or
+    ``functools.lru_cache(...)(g)`` binds an answer as the notebook did), and those the assignments
+    binding them read in turn (a constant read by a lambda).
 
     Example:
         >>> sorted(used_globals(["MASK = torch.ones(4, 4).triu(1)", "unused = print('x')",
         ...                      "def f(n): return MASK[:n, :n]"]))
         ['MASK', 'torch']
+        >>> sorted(used_globals(["SCALE = make()", "f = lambda x: x * SCALE"], {"f"}))
+        ['SCALE', 'f', 'make']
     """
     statements = [s for code in codes for s in _parse(code)]
-    used = set().union(*(_globals_read(s) for s in statements if isinstance(s, _DEFINITIONS[2:])))
+    used = set(answers).union(*(_read(s) for s in statements if isinstance(s, _DEFINITIONS[2:])))
     while True:
         more = set().union(*(_read(s.value) for s in statements if _bound(s) & used)) - used
         if not more:

@@ -17,8 +17,8 @@ from inside their own process can: switch the watch off (``sys.setprofile``), re
 (closures, frame walks, ``ctypes``), call the package from a thread started before the check or
 from another process, or run the package's code copied and edited by a program. Copying a
 solution's text out of the book cannot be told from writing it either. For marks that count, the
-grader runs each notebook in processes of its own (and a class grades each submission in its own
-container): the learner's process never judges itself there.
+grader runs each notebook's kernel and answer process in sandboxes of their own (the threat model is
+:mod:`mha_course.grading`'s): the learner's process never judges itself there.
 
 How. While the learner's code runs, a profile function (:func:`sys.setprofile`, and
 :func:`threading.setprofile` for the threads started meanwhile) looks at every call: Python code by

@@ -59,11 +59,13 @@ def _describe_rotate(seed: int, key: str) -> str:
 
 
 def rotation_variant(queries, keys, values, start, rope_theta, *, sign: int = 1, interleaved: bool = False,
-                     offset: bool = True, rotate_values: bool = False):
+                     offset: bool = True, rotate_values: bool = False, exponent_i_over_d: bool = False):
     """The three tensors after a rotation written with a chosen mistake; the defaults give the right one."""
     head_dim, tokens = queries.shape[-1], queries.shape[2]
     positions = torch.arange(tokens) + (start if offset else 0)
-    angles = positions[:, None].float() * inverse_frequencies(head_dim, rope_theta)  # (T, d_h / 2)
+    frequencies = (rope_theta ** (-torch.arange(head_dim // 2).float() / head_dim) if exponent_i_over_d
+                   else inverse_frequencies(head_dim, rope_theta))
+    angles = positions[:, None].float() * frequencies  # (T, d_h / 2)
     cos, sin = angles.cos(), sign * angles.sin()
 
     def turn(x):
@@ -161,6 +163,10 @@ ROTATE = Exercise(
                 "Queries and keys are right, but the values were turned too. Only the scores need the "
                 "positions: return the values as they came.",
                 _rotation_like(rotate_values=True), (_VALUES,)),
+        Mistake("exponent-i-over-d",
+                "Your frequencies are rope_theta ** (-i / d_h) for pair i; Llama's are rope_theta ** (-2i / d_h) "
+                "(torch.arange(0, d_h, 2) / d_h), so every pair after the first turns too slowly.",
+                _rotation_like(exponent_i_over_d=True)),
     ),
     shortcuts=package(RotaryEmbedding, rotate_half, GroupedQueryAttention,
                       why="This is the package's own rotation: write it yourself."),
@@ -196,16 +202,17 @@ def reference_padded(queries, keys, values, attention_mask):
 
 
 def padded_variant(queries, keys, values, attention_mask, *, on_queries: bool = False, guard: bool = True,
-                   padding: bool = True):
-    """9.2 written with a chosen mistake; the defaults give the right answer."""
+                   padding: bool = True, causal: bool = True, scale: float = -0.5, fill: float = float("-inf")):
+    """9.2 written with a chosen mistake (``scale``: the power of d_h the scores are multiplied by;
+    ``fill``: what hidden scores become); the defaults give the right answer."""
     real = attention_mask.bool()
-    mask = causal_mask(queries.shape[2]).expand(len(queries), 1, -1, -1)
+    mask = causal_mask(queries.shape[2]).expand(len(queries), 1, -1, -1) & causal
     if padding:
         mask = mask | (~real[:, None, :, None] if on_queries else ~real[:, None, None, :])
     if guard:
         mask = mask & ~mask.all(dim=-1, keepdim=True)
-    scores = (queries * queries.shape[-1] ** -0.5) @ keys.transpose(2, 3)
-    return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ values
+    scores = (queries * queries.shape[-1] ** scale) @ keys.transpose(2, 3)
+    return torch.softmax(scores.masked_fill(mask, fill), dim=-1) @ values
 
 
 def _probe_padded(padded_attention, rec: Recorder) -> None:
@@ -310,6 +317,18 @@ PADDED = Exercise(
                 "such rows unmasked (mask & ~mask.all(-1, keepdim=True)), or fill with "
                 "torch.finfo(scores.dtype).min instead of -inf, as transformers does.",
                 _nan_rows, (_FINITE,)),
+        Mistake("no-causal-mask",
+                "Your real tokens read the real tokens after them: only the padding was hidden. Padding does "
+                "not replace the causal mask: hide the future keys (triu(1)) and the padded ones, joined with |.",
+                _padded_like(causal=False)),
+        Mistake("scaled-by-d",
+                "You divided the scores by d_h; scaled dot-product attention divides them by its square root, "
+                "queries.shape[-1] ** 0.5.",
+                _padded_like(scale=-1.0)),
+        Mistake("filled-with-zero",
+                "You filled the hidden scores with 0, but exp(0) = 1: softmax still gives those keys weight. "
+                "Fill them with float('-inf'), whose exp is 0 (or torch.finfo(scores.dtype).min).",
+                _padded_like(fill=0.0)),
     ),
     shortcuts=package(with_padding, GroupedQueryAttention,
                       why="This is the package's own padding mask: write it yourself."),

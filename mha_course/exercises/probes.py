@@ -21,7 +21,7 @@ from torch.utils._pytree import tree_leaves
 
 from ..data import random_batch
 from ..device import get_device
-from .records import Failed, Recorder, describe, plain, raised, same, tensor_of, value_of
+from .records import Failed, Recorder, describe, error_summary, plain, raised, same, tensor_of, value_of
 
 #: The device every device check asks for: PyTorch's ``meta`` device holds shapes but no data,
 #: exists on every machine, and refuses to mix with CPU tensors, exactly as a GPU does.
@@ -146,15 +146,28 @@ class DeviceMixWatch(TorchDispatchMode):
 
 def probe_on_devices(rec: Recorder, key: str, run: Callable[[torch.device], Any]) -> None:
     """Record ``run(device)`` for every device of :func:`probe_devices` (``run`` moves the inputs),
-    and under ``<key>@<device>:mixed`` the first operation that mixed devices (see :class:`DeviceMixWatch`)."""
+    and under ``<key>@<device>:mixed`` the first operation that mixed devices (see :class:`DeviceMixWatch`).
+
+    On the meta device a ``NotImplementedError`` is torch's (an operation that needs the numbers, such
+    as ``nonzero`` or a boolean index, has no meta kernel): it is recorded as that call's error, never
+    taken for an answer not written yet."""
     devices = probe_devices()
     rec.note(f"{key}:devices", [str(d) for d in devices])
     for device in devices:
         watch = DeviceMixWatch()
         with watch:
-            rec.call(f"{key}@{device.type}", run, device)
+            try:
+                rec.call(f"{key}@{device.type}", run, device)
+            except NotImplementedError as error:
+                if device != META:
+                    raise
+                rec.record[f"{key}@meta"] = error_summary(error)
         if watch.mixed:
             rec.note(f"{key}@{device.type}:mixed", watch.mixed)
+
+
+#: Fragments of torch's errors for an operation that needs numbers, which the meta device does not hold.
+META_HAS_NO_NUMBERS = ("meta tensor", "Meta tensor", "register_meta", "'Meta' backend")
 
 
 #: Fragments of torch's errors for tensors on two devices.
@@ -168,6 +181,9 @@ def device_check(key: str, what: str, hint: str = "") -> Callable[[dict], None]:
     def run(record: dict) -> None:
         for device in plain(value_of(record, f"{key}:devices")):
             asked = torch.device(device)
+            mixed = plain(record.get(f"{key}@{asked.type}:mixed"))
+            if asked.type == "meta" and not mixed and raised(record, f"{key}@meta", *META_HAS_NO_NUMBERS):
+                continue  # an answer that reads its tensors' numbers: a GPU runs it, the meta device cannot
             try:
                 got = value_of(record, f"{key}@{asked.type}", f"{what} on {device_words(device)}")
             except Failed as failure:
@@ -178,7 +194,6 @@ def device_check(key: str, what: str, hint: str = "") -> Callable[[dict], None]:
                 raise Failed("a torch.Tensor", describe(got))
             if torch.device(got["device"]).type != asked.type:
                 raise Failed(f"an output on {device}, where the inputs are", f"one on {got['device']}", hint)
-            mixed = plain(record.get(f"{key}@{asked.type}:mixed"))
             if mixed:
                 raise Failed(f"every tensor it computes with on {device}, where the inputs are",
                              f"{mixed}: a GPU refuses that",

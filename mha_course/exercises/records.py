@@ -3,7 +3,7 @@
 A probe runs the learner's answer and turns whatever came back - tensors, numbers, errors - into
 plain data, the *record*: a dict of tensors (copied to the CPU), numbers and strings, which the
 grader carries from the process where answers run to its own as ``marshal`` data
-(:mod:`mha_course.grading.answer_probing`). The readers below (:func:`tensor_of`,
+(:mod:`mha_course.grading.answer_process`). The readers below (:func:`tensor_of`,
 :func:`number_of`, ...) take an entry back out, raising :class:`Failed` with a message for the
 learner when it is not what the check needs; the comparers (:func:`expect_close`, :func:`same`)
 say where two tensors differ.

@@ -1,33 +1,44 @@
 """Grading: running completed chapter notebooks and judging their exercises.
 
-The grader's promise: no notebook can change another notebook's grade, nor the package and the
-libraries later gradings use, and no correct answer is failed or accused. Each notebook's kernel and
-answer processes may write only in that notebook's temporary folder (Landlock, Linux 5.13 or later;
-from Linux 6.12 they cannot signal or reach into processes outside it either), and every process
-they started, ``setsid`` daemons included, is ended before the next notebook starts. The answers are
-judged on what the notebook bound to each exercise's name, however it bound it. A notebook can
-still spoil its own grade from inside its own answer process (that is not a proctor's room); for
-marks that count, grade each submission in a container of its own.
+The threat model
+----------------
 
-* :mod:`~mha_course.grading.grader` - ``python -m mha_course grade``: run each notebook on a copy,
-  against a private copy of the package, and score its exercises;
-* :mod:`~mha_course.grading.notebook_run` - one notebook's cells in a Jupyter kernel, with time limits;
-* :mod:`~mha_course.grading.answer_process` and :mod:`~mha_course.grading.answer_probing` - the
-  fresh process that replays a notebook's definitions and probes its answers, and the grader's side
-  of it;
-* :mod:`~mha_course.grading.package_files` - the package's files as grading found them: private
-  copies, and the check that nothing changed them;
-* :mod:`~mha_course.grading.confinement` - the confinement of a notebook's processes, and the sweep
-  that ends them;
-* :mod:`~mha_course.grading.report` - verdicts, the score table and its JSON;
-* :mod:`~mha_course.grading.gradebook` - ``python -m mha_course grade``: notebooks or a class's folder
-  of submissions in; the score table, a gradebook (CSV) and the exit status out;
-* :mod:`~mha_course.grading.gradescope` and :mod:`~mha_course.grading.autograder` - Gradescope's
-  ``results.json``, and the autograder zip (``python -m mha_course autograder``);
-* :mod:`~mha_course.grading.seeds` - the seeds of a grading, recorded so that a regrade replays it;
-* :mod:`~mha_course.grading.progress` - ``python -m mha_course progress``, the learner's view;
-* :mod:`~mha_course.grading.grading_setup` - the time limits and the platform check (imports
-  nothing heavy: the command line reads its defaults).
+*What is judged.* In a notebook, ``check("1.1", answer)`` is feedback: the learner's kernel can do
+anything to it, and the grader does not read its verdict (it only reports where it disagrees). The
+grade comes from a fresh *answer process* that replays the notebook's definitions and probes its
+answers, and from the grader's own process, which runs no notebook code and judges what the answer
+process recorded against the package's reference.
 
-Importing this package imports none of them.
+*What the sandbox guarantees* (bubblewrap, on Linux: :mod:`~mha_course.grading.sandbox`). Every
+process that runs a learner's code - the notebook's kernel, and each answer process, in a fresh
+sandbox of its own started while the kernel runs but given the notebook's code only once the
+kernel's sandbox has ended - runs in a sandbox that
+
+* writes only in its own folder: the interpreter, the virtual environment, the folders of
+  ``PYTHONPATH`` and the grading's copy of the package are read-only, so no notebook changes the
+  package, a library, a ``.pth`` or a compiled ``.pyc`` that a later notebook imports;
+* sees no other folder of the grading, nor the learner's submissions, nor any other process (a PID
+  namespace of its own: not the grader, nor its command line, nor another notebook's kernel or
+  answer process, which it can therefore neither signal, trace nor read);
+* has no network at all (a network namespace of its own: TCP, MPTCP and TCP Fast Open reach
+  nothing; the kernel talks to the grader over IPC sockets in its folder, the answer process over a
+  socket pair);
+* ends with everything in it: when the kernel shuts down or the answer process is closed, every
+  process it started, ``setsid`` daemons included, ends; and every sandbox ends with the grader.
+
+So no notebook can change another notebook's grade, nor what later gradings use, and no grading
+process outlives ``grade``.
+
+*What it does not guarantee.* A notebook's code runs in its own answer process, so it can spoil -
+or, written for that purpose, forge - its own records: the checks are feedback, not a proctor
+(:mod:`mha_course.exercises.guard`). A notebook can use the processor and the memory until its time
+limits stop it (no cgroup limits). Grading runs on the CPU: the sandbox has no GPU. Where
+bubblewrap cannot start (macOS, Windows' WSL or a Linux that refuses user namespaces) the notebooks
+run without a sandbox: grading then says once "no sandbox here: another notebook in this run can
+change this grade; grade in a container", each report records ``sandbox: none``, and
+``grade --require-sandbox`` refuses to start. Gradescope grades each submission in a container of
+its own (``sandbox: container``). The package and environment are trusted as they are when grading
+starts.
+
+CONTRIBUTING.md ("How grading works") draws the processes and says which module does what.
 """

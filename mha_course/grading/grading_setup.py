@@ -1,89 +1,73 @@
-"""What grading needs before it starts: its time limits, and a platform that can run it.
-
-``python -m mha_course grade`` and ``progress`` share the limits below (their defaults and the
-check of the values given on the command line) and the platform check. This module imports nothing
-heavy, so the command line's parser can read the defaults without loading nbformat or nbclient.
-
-The grader talks to the fresh process that checks the answers over a socket pair: it hands one
-end to that process with ``subprocess``'s ``pass_fds``, in a session of its own that it kills as a
-whole, and reads the frames with a ``multiprocessing`` connection over its own end, which waits on
-it with ``select`` (through :mod:`selectors`). All of it works on POSIX systems (Linux,
-macOS), where processes fork; Windows has none of it (``pass_fds`` is refused there, ``os.killpg``
-is missing, ``select`` waits on sockets only, and ``multiprocessing``'s connections there are
-sockets and message-mode named pipes, with no length before each message), so grading needs Linux
-or macOS, or WSL on Windows.
-
-Example:
-    >>> from types import SimpleNamespace
-    >>> limit_errors(SimpleNamespace(timeout=120.0, cell_timeout=0.0, check_timeout=30.0, jobs=1))
-    ['--cell-timeout must be a positive number of seconds, got 0']
+"""What grading needs before it starts: time limits, their wording, the command line's checks, a POSIX
+platform (the answer process gets its socket through ``pass_fds``). Imports nothing heavy: the command
+line's parser reads the defaults here.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 #: Default limits, in seconds. Every chapter runs in well under a minute on a two-core machine and
 #: its slowest cell in a few seconds, so these leave a wide margin and still stop a runaway loop soon.
-NOTEBOOK_TIMEOUT = 120.0
-CELL_TIMEOUT = 30.0
-CHECK_TIMEOUT = 30.0
-#: The environment every process of a grading starts with, unless the grader's own environment says
-#: otherwise: PyTorch computes on one thread. Grading runs several processes at once (a kernel, the
-#: next notebook's, an answer process), and threads of one waiting for those of another cost more
-#: processor time than the small tensors of the notebooks gain.
+NOTEBOOK_TIMEOUT, CELL_TIMEOUT, CHECK_TIMEOUT = 120.0, 30.0, 30.0
+#: The environment every process of a grading starts with unless the grader's says otherwise: PyTorch on
+#: one thread, since a grading runs several processes at once and small tensors gain nothing from more.
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+#: The exit status of ``grade`` and ``autograder`` for a mistake on the command line.
+USAGE_ERROR = 2
+
+
+def first_line(text: str, limit: int = 200) -> str:
+    """The first non-blank line of ``text``, cut to ``limit`` characters (``...`` marks a cut)."""
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def seconds(value: float) -> str:
+    """A time limit as reports write it: ``8 s``, ``0.5 s``."""
+    return f"{value:g} s"
 
 
 def raise_it(flag: str) -> str:
-    """How a report that something ran out of time says which limit to raise: ``raise it with
-    --cell-timeout SECONDS``. A verdict of "timed out" says nothing about the answer: on a slow or
-    busy machine, grade again with a higher limit."""
+    """How a "timed out" (which says nothing about the answer) names its limit: ``raise it with ... SECONDS``."""
     return f"raise it with {flag} SECONDS"
 
 
 def limit_errors(args: argparse.Namespace) -> list[str]:
     """What is wrong with the limits and ``--jobs`` given on the command line (``[]`` if nothing)."""
     limits = {"--timeout": args.timeout, "--cell-timeout": args.cell_timeout, "--check-timeout": args.check_timeout}
-    errors = [f"{flag} must be a positive number of seconds, got {value:g}"
-              for flag, value in limits.items() if not value > 0]
-    if args.jobs < 1:
-        errors.append(f"--jobs must be at least 1, got {args.jobs}")
-    return errors
+    errors = [f"{flag} must be a positive number of seconds, got {value:g}" for flag, value in limits.items()
+              if not value > 0]
+    return errors + ([f"--jobs must be at least 1, got {args.jobs}"] if args.jobs < 1 else [])
 
 
-def missing_platform_pieces() -> list[str]:
-    """What this platform lacks of what the grader's answer process needs (``[]`` on Linux and macOS)."""
-    if hasattr(os, "fork"):
-        return []
-    return ["os.fork: processes here do not fork, so subprocess's pass_fds cannot hand the answer process its "
-            "pipe, and select cannot wait on that pipe"]
+def parse_chapters(text: str | None) -> tuple[list[int], str | None]:
+    """The chapters of ``--chapters 1,2`` and what is wrong with them, if anything."""
+    from ..exercises.registry import chapter_modules  # the chapters with exercises, without loading their checks
+
+    known = sorted(int(name.rpartition("chapter")[2]) for name in chapter_modules())
+    try:
+        chapters = [int(part) for part in (text or "").split(",") if part.strip()]
+    except ValueError:
+        return [], f"--chapters takes chapter numbers separated by commas, e.g. 1,2; got {text!r}"
+    unknown = [c for c in chapters if c not in known]
+    if unknown:
+        return [], (f"--chapters {text}: no exercises in chapter {', '.join(map(str, unknown))}; the chapters with "
+                    f"exercises are {', '.join(map(str, known))}")
+    return chapters, None
 
 
 def platform_problem() -> str | None:
     """Why grading cannot run on this platform, as a message for the learner; ``None`` when it can."""
-    missing = missing_platform_pieces()
-    if not missing:
+    if sys.platform != "win32":
         return None
-    return (f"grading cannot run on this platform ({sys.platform}): it lacks {'; '.join(missing)}. The grader "
-            "needs a POSIX system: grade on Linux or macOS, or on Windows in WSL (the Windows Subsystem for "
-            "Linux). The checks themselves, check(\"1.1\", answer) in a notebook, work everywhere.")
+    return (f"grading cannot run on this platform ({sys.platform}): the grader hands the process that checks "
+            "the answers its socket (subprocess's pass_fds), which only POSIX systems offer. Grade on Linux or "
+            "macOS, or on Windows in WSL (the Windows Subsystem for Linux). The checks themselves, "
+            "check(\"1.1\", answer) in a notebook, work everywhere.")
 
 
 class GradingUnavailableError(RuntimeError):
-    """Grading was asked for where it cannot run: a platform that lacks what it needs (see
-    :func:`platform_problem`), or a package whose compiled files are not its source."""
+    """Grading was asked for where it cannot run, or without the sandbox it was required to have."""
 
-
-def require_grading_platform() -> None:
-    """Raise :class:`GradingUnavailableError`, with the reason, where grading cannot run."""
-    problem = platform_problem()
-    if problem:
-        raise GradingUnavailableError(problem)
-
-
-__all__ = ["NOTEBOOK_TIMEOUT", "CELL_TIMEOUT", "CHECK_TIMEOUT", "ONE_THREAD", "raise_it", "limit_errors",
-           "missing_platform_pieces",
-           "platform_problem", "GradingUnavailableError", "require_grading_platform"]

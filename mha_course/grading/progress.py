@@ -1,20 +1,8 @@
-"""``python -m mha_course progress``: where a learner stands, chapter by chapter.
+"""``python -m mha_course progress [FOLDER]``: where a learner stands, chapter by chapter.
 
-For every chapter of the course it finds the learner's notebook in the folder (``student/`` by
-default: the notebook whose name starts with the chapter's number, ``01_...``), grades it as
-``python -m mha_course grade`` does, and prints which exercises pass, fail or are not started yet,
-with the checks passed out of the total.
-
-Grading a chapter takes seconds, so the last grading of each notebook is kept in
-``FOLDER/.mha_course_progress.json``, keyed by the notebook's content (SHA-256), by the package (its
-version and the hash of its files) and by the three time limits: a notebook that has not changed since
-is not run again with the same limits. A grading that the machine cut short (an exercise timed out, not
-checked or in error, e.g. the answers' process did not start in time) is not kept: the next run grades
-the notebook again, so that a longer ``--check-timeout`` or a quieter machine gives a fresh verdict.
-
-Command line::
-
-    python -m mha_course progress [FOLDER] [--timeout SECONDS] [--cell-timeout SECONDS] ...
+Each chapter's notebook in the folder (``student/`` by default) is graded as ``grade`` does; its last
+grading is kept in ``FOLDER/.mha_course_progress.json`` and reused while the notebook (SHA-256), package
+and time limits are the same, unless the machine cut it short (:data:`UNSETTLED`).
 """
 
 from __future__ import annotations
@@ -28,15 +16,14 @@ from pathlib import Path
 
 import mha_course
 
-from ..tables import Table
 from ..exercises import EXERCISES
-from .answer_process import TIMED_OUT
 from ..exercises.framework import ERROR, NOT_IMPLEMENTED, PASSED
+from ..notebook_files import chapter_notebooks
+from ..tables import Table
 from .grader import grade
 from .grading_setup import CELL_TIMEOUT, CHECK_TIMEOUT, NOTEBOOK_TIMEOUT, limit_errors, platform_problem
-from ..notebook_files import chapter_notebooks
-from .package_files import PackageSnapshot
-from .report import NOT_CHECKED, NotebookReport
+from .sandbox import PackageSnapshot
+from .report import NOT_CHECKED, TIMED_OUT, NotebookReport
 
 CACHE_NAME = ".mha_course_progress.json"
 NOT_STARTED = "not started"
@@ -64,78 +51,55 @@ class ChapterProgress:
     reused: bool = False  # the last grading was reused (the notebook has not changed)
 
 
-def _state(status: str) -> str:
-    return PASSED if status == PASSED else NOT_STARTED if status == NOT_IMPLEMENTED else "failed"
-
-
-def _load(cache_path: Path, package: str) -> dict:
+def _cached(cache_path: Path, package: str) -> dict:
     try:
         cache = json.loads(cache_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    if not isinstance(cache, dict) or cache.get("package") != package or not isinstance(cache.get("notebooks"), dict):
-        return {}
-    return cache["notebooks"]
-
-
-def _settled(report: NotebookReport) -> bool:
-    """Whether ``report`` is the notebook's verdict, not a grading the machine cut short."""
-    return not any(score.status in UNSETTLED for score in report.exercises)
+    good = isinstance(cache, dict) and cache.get("package") == package and isinstance(cache.get("notebooks"), dict)
+    return cache["notebooks"] if good else {}
 
 
 def progress(folder: Path, timeout: float = NOTEBOOK_TIMEOUT, cell_timeout: float = CELL_TIMEOUT,
              check_timeout: float = CHECK_TIMEOUT, jobs: int = 2, show_bar: bool = True) -> list[ChapterProgress]:
-    """Every chapter's exercises and how far the notebooks in ``folder`` are with them.
-
-    Notebooks whose content, package and time limits are those of the last grading are not run
-    again; the others are graded, and the cache in ``folder`` is updated with every report but those
-    the machine cut short (see :data:`UNSETTLED`).
-    """
+    """Every chapter's exercises and how far the notebooks in ``folder`` are with them."""
     package = f"{mha_course.__version__}+{PackageSnapshot().digest[:16]}"
     limits = [timeout, cell_timeout, check_timeout]
-    cache_path = folder / CACHE_NAME
-    cached = _load(cache_path, package)
-    notebooks = chapter_notebooks(folder)
     chapters = sorted({exercise.chapter for exercise in EXERCISES.values()})
+    cached, found = _cached(folder / CACHE_NAME, package), chapter_notebooks(folder)
+    notebooks = {chapter: found[chapter] for chapter in chapters if chapter in found}
     digests = {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in notebooks.values()}
     reports: dict[str, NotebookReport] = {}
-    to_grade = []
-    for chapter in chapters:
-        path = notebooks.get(chapter)
-        if path is None:
-            continue
+    for path in notebooks.values():
         entry = cached.get(path.name)
         if isinstance(entry, dict) and entry.get("sha256") == digests[path.name] and entry.get("limits") == limits:
             try:
                 reports[path.name] = NotebookReport.from_dict(entry["report"])
-                continue
             except (KeyError, TypeError):
                 pass
-        to_grade.append(path)
     reused = set(reports)
+    to_grade = [path for _, path in sorted(notebooks.items()) if path.name not in reused]
     for report in grade(to_grade, timeout, check_timeout, progress=show_bar, cell_timeout=cell_timeout, jobs=jobs):
         reports[Path(report.notebook).name] = report
     kept = {name: {"sha256": digests[name], "limits": limits, "report": report.to_dict()}
-            for name, report in reports.items() if _settled(report)}
+            for name, report in reports.items() if not any(e.status in UNSETTLED for e in report.exercises)}
     try:
-        cache_path.write_text(json.dumps({"package": package, "notebooks": kept}, indent=1, ensure_ascii=False) + "\n",
-                              encoding="utf-8")
+        (folder / CACHE_NAME).write_text(json.dumps({"package": package, "notebooks": kept}, indent=1,
+                                                    ensure_ascii=False) + "\n", encoding="utf-8")
     except OSError:  # a read-only folder: progress still works, only slower next time
         pass
     result = []
     for chapter in chapters:
         path = notebooks.get(chapter)
-        report = reports.get(path.name) if path else None
-        scores = {score.id: score for score in report.exercises} if report else {}
+        scores = {s.id: s for s in reports[path.name].exercises} if path and path.name in reports else {}
         rows = []
         for exercise in (e for e in EXERCISES.values() if e.chapter == chapter):
-            score = scores.get(exercise.id)
-            if score is None:
-                rows.append(ExerciseProgress(exercise.id, exercise.title, NOT_STARTED, 0, len(exercise.checks)))
-            else:
-                rows.append(ExerciseProgress(exercise.id, exercise.title, _state(score.status), score.checks_passed,
-                                             score.checks_total, "" if score.status in (PASSED, NOT_IMPLEMENTED)
-                                             else score.line))
+            s = scores.get(exercise.id)
+            state = (NOT_STARTED if s is None or s.status == NOT_IMPLEMENTED else PASSED if s.status == PASSED
+                     else "failed")
+            rows.append(ExerciseProgress(exercise.id, exercise.title, state, s.checks_passed if s else 0,
+                                         s.checks_total if s else len(exercise.checks),
+                                         s.line if s and state == "failed" else ""))
         result.append(ChapterProgress(chapter, path.name if path else None, rows, bool(path and path.name in reused)))
     return result
 
@@ -143,13 +107,11 @@ def progress(folder: Path, timeout: float = NOTEBOOK_TIMEOUT, cell_timeout: floa
 def chapter_table(chapter: ChapterProgress, folder: Path) -> Table:
     """One chapter's standing: a row per exercise, then the line of each exercise that failed.
 
-    Example:
-        >>> chapter = ChapterProgress(1, None, [ExerciseProgress("1.1", "build the causal mask", NOT_STARTED, 0, 5)])
-        >>> print(chapter_table(chapter, Path("student")))
-        Chapter 1: 0 of 1 passed - no notebook for it in student/
-        exercise  state        checks  title
-        --------  -----------  ------  ---------------------
-        1.1       not started     0/5  build the causal mask
+    >>> print(chapter_table(ChapterProgress(1, None, [ExerciseProgress("1.1", "mask", NOT_STARTED, 0, 5)]), Path("s")))
+    Chapter 1: 0 of 1 passed - no notebook for it in s/
+    exercise  state        checks  title
+    --------  -----------  ------  -----
+    1.1       not started     0/5  mask
     """
     passed = sum(e.state == PASSED for e in chapter.exercises)
     where = (f"{chapter.notebook}" + (" (unchanged since it was last graded)" if chapter.reused else "")
@@ -170,23 +132,16 @@ def format_progress(chapters: list[ChapterProgress], folder: Path) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    problem = platform_problem()
+    problem, folder = platform_problem(), args.folder
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 1
-    folder = args.folder
     if not folder.is_dir():
         print(f"No such folder: {folder}. `make lab` (or `python -m mha_course student`) writes the student "
               "edition into student/; name another folder as `python -m mha_course progress FOLDER`.", file=sys.stderr)
         return 2
-    errors = limit_errors(args)
-    if errors:
-        print(", ".join(errors), file=sys.stderr)
+    if limit_errors(args):
+        print(", ".join(limit_errors(args)), file=sys.stderr)
         return 2
-    chapters = progress(folder, args.timeout, args.cell_timeout, args.check_timeout, args.jobs)
-    print(format_progress(chapters, folder))
+    print(format_progress(progress(folder, args.timeout, args.cell_timeout, args.check_timeout, args.jobs), folder))
     return 0
-
-
-__all__ = ["progress", "format_progress", "chapter_table", "chapter_notebooks", "ChapterProgress", "ExerciseProgress",
-           "CACHE_NAME", "NOT_STARTED", "UNSETTLED"]

@@ -1,37 +1,40 @@
-"""The grader's verdicts and report: which exercises a notebook is graded on, each one's score, the table.
+"""The grader's verdicts and report: the chapters a notebook is graded on, seeds, each score, the table.
 
-The grader collects, for each notebook, what its run and its answer process found out; this module
-turns that into an :class:`ExerciseScore` per exercise, judged against the package's reference in
-the grader's own process (which never ran any notebook code), notes every disagreement between a
-verdict and the line the notebook printed, and formats the score table that
-``python -m mha_course grade`` prints (a :class:`mha_course.tables.Table` per notebook).
-
-The statuses are those of the checks (``passed``, ``failed``, ``not implemented``, ``missing``,
-``error``) and the grader's own: :data:`TIMED_OUT`, :data:`NOT_RUN`, :data:`NOT_SCORED`,
-:data:`NOT_CHECKED`.
+Exercises are judged in the grader's process from the answer process's records; a verdict that disagrees
+with the line the notebook printed is noted. The grader adds :data:`TIMED_OUT`, :data:`NOT_RUN`,
+:data:`NOT_SCORED` and :data:`NOT_CHECKED` to the checks' statuses. Each exercise's seed derives from the
+notebook's (:func:`exercise_seeds`), so ``grade --seed`` replays its inputs and verdicts.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import nbformat
-
 from ..tables import Table
-from ..exercises import EXERCISES
-from .answer_process import RECORD, TAMPERED, TIMED_OUT
-from .grading_setup import raise_it
+from .. import exercises
+from .answer_process import RECORD, TAMPERED, TIMED_OUT, from_message
+from .grading_setup import first_line, raise_it, seconds
 from ..exercises.framework import ERROR, FAIL_MARK, MISSING, PASS_MARK, PASSED, WAITING_MARK, judge
-from .answer_probing import from_message
 from ..notebook_files import chapter_number
-from .notebook_run import NotebookRun, first_line, seconds
+from .notebook_run import NotebookRun
 
 # The statuses the grader adds to those of the checks (passed, failed, not implemented, missing, error).
 NOT_RUN = "not run"  # the cell defining the answer never ran (time-out, dead kernel, exit())
 NOT_SCORED = "not scored"  # the notebook changed the package or the checking code
 NOT_CHECKED = "not checked"  # the notebook's kernel could not be started
+
+#: Seeds are below this bound, as :func:`mha_course.exercises.framework.run_seed` draws them.
+SEED_BOUND = 1_000_000
+
+
+def exercise_seeds(seed: int, exercise_ids: list[str]) -> dict[str, int]:
+    """The seed of each exercise's inputs, derived from the grading's ``seed`` and the exercise's id."""
+    return {exercise_id: int.from_bytes(hashlib.sha256(f"{seed}:{exercise_id}".encode()).digest()[:8], "big")
+            % SEED_BOUND for exercise_id in exercise_ids}
+
 
 _UNDEFINED = re.compile(r"name '(\w+)' is not defined")
 _CHECK_CALL = re.compile(r"""check\(\s*["'](\d+\.\d+)["']""")
@@ -50,7 +53,7 @@ class ExerciseScore:
     checks_total: int
     line: str
     notebook_printed: str | None = None  # the verdict line the notebook itself printed, if any
-    seed: int | None = None  # the seed of the inputs its answer was checked on (see grading.seeds)
+    seed: int | None = None  # the seed of the inputs its answer was checked on (see exercise_seeds)
 
 
 @dataclass
@@ -64,6 +67,7 @@ class NotebookReport:
     seed: int | None = None  # the grading's seed: `grade --seed SEED` draws the same inputs again
     package_version: str | None = None  # mha_course's version that graded it
     sha256: str | None = None  # the notebook file's SHA-256, as graded
+    sandbox: str | None = None  # what kept it apart from the other notebooks: bubblewrap, container or none
 
     @property
     def score(self) -> int:
@@ -76,32 +80,24 @@ class NotebookReport:
     def to_dict(self) -> dict:
         return {"notebook": self.notebook, "score": self.score, "max_score": self.max_score,
                 "events": self.events, "seconds": round(self.seconds, 1), "seed": self.seed,
-                "package_version": self.package_version, "sha256": self.sha256,
+                "package_version": self.package_version, "sha256": self.sha256, "sandbox": self.sandbox,
                 "exercises": [asdict(e) for e in self.exercises]}
 
     @classmethod
     def from_dict(cls, data: dict) -> "NotebookReport":
-        return cls(data["notebook"], [ExerciseScore(**e) for e in data["exercises"]], list(data["events"]),
-                   data.get("seconds", 0.0), data.get("seed"), data.get("package_version"), data.get("sha256"))
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**{**fields, "exercises": [ExerciseScore(**e) for e in data["exercises"]]})
 
 
-def exercises_for(notebook: nbformat.NotebookNode, path: Path) -> list[str]:
-    """The exercises to grade: every exercise of each chapter the notebook belongs to.
-
-    A chapter is recognised from the ``check("2.1", ...)`` calls in the notebook and from a file
-    name starting with the chapter number (``02_...``), so deleting a check cell does not take
-    that exercise off the score table.
-    """
-    chapters = set()
-    for cell in notebook.cells:
-        if cell.cell_type == "code":
-            chapters.update(int(found.split(".")[0]) for found in _CHECK_CALL.findall(cell.source))
-    if chapter_number(path.name) is not None:
-        chapters.add(chapter_number(path.name))
-    return [eid for eid, exercise in EXERCISES.items() if exercise.chapter in chapters]
+def chapters_of(notebook: dict, path: Path) -> set[int]:
+    """The chapters of a notebook (or its JSON): its ``check("2.1", ...)`` calls' and its file name's
+    (``02_...``), so that deleting a check cell takes no exercise off the score table."""
+    chapters = {int(found.split(".")[0]) for cell in notebook.get("cells", []) if cell.get("cell_type") == "code"
+                for found in _CHECK_CALL.findall("".join(cell.get("source", "")))}
+    return chapters | ({chapter_number(path.name)} if chapter_number(path.name) is not None else set())
 
 
-def printed_verdicts(notebook: nbformat.NotebookNode) -> dict[str, str]:
+def printed_verdicts(notebook) -> dict[str, str]:
     """The last verdict line the executed notebook printed for each exercise."""
     printed = {}
     for cell in notebook.cells:
@@ -116,7 +112,7 @@ def printed_verdicts(notebook: nbformat.NotebookNode) -> dict[str, str]:
 
 def score(exercise_id: str, status: str, line: str, checks_passed: int = 0) -> ExerciseScore:
     """The score of one exercise: a point if ``status`` is passed."""
-    exercise = EXERCISES[exercise_id]
+    exercise = exercises.EXERCISES[exercise_id]
     return ExerciseScore(exercise_id, exercise.title, status, int(status == PASSED), checks_passed,
                          len(exercise.checks), line)
 
@@ -126,25 +122,17 @@ def listed(names: list[str]) -> str:
     return ", ".join(names[:3]) + (" ..." if len(names) > 3 else "")
 
 
-def withhold(report: NotebookReport, exercise_ids: list[str], why: str) -> None:
-    """Score none of the notebook's exercises, and say why."""
-    report.events.append(f"not scored: {why}")
-    report.exercises = [score(eid, NOT_SCORED, f"{FAIL_MARK} {eid}: not scored: {why}") for eid in exercise_ids]
-
-
-def not_checked(report: NotebookReport, exercise_ids: list[str]) -> None:
-    """Score every exercise as not checked: the notebook's kernel did not start."""
-    report.exercises = [score(eid, NOT_CHECKED, f"{FAIL_MARK} {eid}: not checked: the notebook's kernel did not "
-                              "start") for eid in exercise_ids]
+def withhold(report: NotebookReport, exercise_ids: list[str], why: str, status: str = NOT_SCORED) -> None:
+    """Score none of the notebook's exercises (``status``), and say why."""
+    report.events += [f"not scored: {why}"] if status == NOT_SCORED else []
+    report.exercises = [score(eid, status, f"{FAIL_MARK} {eid}: {status}: {why}") for eid in exercise_ids]
 
 
 def verdict(exercise_id: str, result: tuple, run: NotebookRun, definers: dict[int, set[str]],
             check_timeout: float) -> ExerciseScore:
-    """The score of one exercise from what the answer process sent for it (see
-    :func:`mha_course.grading.answer_process.answer_records`) and what the notebook's run did.
-
-    ``definers`` maps each code cell's index to the names its replayed statements define."""
-    exercise = EXERCISES[exercise_id]
+    """The score of one exercise from the answer process's ``result`` and the notebook's ``run``
+    (``definers``: each code cell's index -> the names its replayed statements define)."""
+    exercise = exercises.EXERCISES[exercise_id]
     name = exercise.answer_name
     kind = result[0]
     if kind == TIMED_OUT:
@@ -191,18 +179,14 @@ def compare_printed(report: NotebookReport, printed: dict[str, str]) -> None:
 
 
 def notebook_table(report: NotebookReport) -> Table:
-    """One notebook's scores: a row per exercise, then the line of each exercise that did not pass
-    and what happened while the notebook ran (``!``).
+    """One notebook's scores: a row per exercise, then the line of each that did not pass and what happened.
 
-    Example:
-        >>> report = NotebookReport("01_mine.ipynb", [score("1.1", PASSED, "✓ 1.1 passed (6 checks)", 6)],
-        ...                         ["cell 3 (`x = 1 / 0`) raised ZeroDivisionError: division by zero"])
-        >>> print(notebook_table(report))
-        01_mine.ipynb: 1/1 exercises passed
-        exercise  result  checks  title
-        --------  ------  ------  ---------------------
-        1.1       passed     6/6  build the causal mask
-        ! cell 3 (`x = 1 / 0`) raised ZeroDivisionError: division by zero
+    >>> print(notebook_table(NotebookReport("01_mine.ipynb", [score("1.1", PASSED, "✓", 6)], ["cell 3 raised"])))
+    01_mine.ipynb: 1/1 exercises passed
+    exercise  result  checks  title
+    --------  ------  ------  ---------------------
+    1.1       passed     6/6  build the causal mask
+    ! cell 3 raised
     """
     rows = [[e.id, e.status, f"{e.checks_passed}/{e.checks_total}", e.title] for e in report.exercises]
     notes = [e.line for e in report.exercises if e.status != PASSED] + [f"! {event}" for event in report.events]
@@ -211,18 +195,8 @@ def notebook_table(report: NotebookReport) -> Table:
 
 
 def format_report(reports: list[NotebookReport]) -> str:
-    """The score table printed by ``python -m mha_course grade``: a :func:`notebook_table` per
-    notebook (the title and the notes alone for a notebook without exercises), then the total."""
-    blocks = []
-    for report in reports:
-        table = notebook_table(report)
-        blocks.append(str(table) if report.exercises else "\n".join([table.title, *table.notes]))
-    total = sum(r.score for r in reports)
-    maximum = sum(r.max_score for r in reports)
-    blocks.append(f"Total: {total}/{maximum} exercises passed in {len(reports)} notebook(s)")
-    return "\n\n".join(blocks)
-
-
-__all__ = ["ExerciseScore", "NotebookReport", "exercises_for", "printed_verdicts", "score", "withhold", "not_checked",
-           "verdict", "compare_printed", "notebook_table", "format_report", "listed", "TIMED_OUT", "NOT_RUN",
-           "NOT_SCORED", "NOT_CHECKED"]
+    """The score table ``grade`` prints: a :func:`notebook_table` per notebook, then the total."""
+    tables = [(report, notebook_table(report)) for report in reports]
+    blocks = [str(table) if report.exercises else "\n".join([table.title, *table.notes]) for report, table in tables]
+    total = f"{sum(r.score for r in reports)}/{sum(r.max_score for r in reports)}"
+    return "\n\n".join([*blocks, f"Total: {total} exercises passed in {len(reports)} notebook(s)"])
