@@ -17,6 +17,10 @@ teaching order:
   :class:`TiledMultiHeadAttention` built on it (chapter 7).
 * :class:`MultiHeadLatentAttention` - keys and values expanded from one cached latent per token,
   and :func:`from_deepseek_v3_attention`, which builds it from DeepSeek-V3's layer (chapter 10).
+* ``GroupedQueryAttention(window=..., sinks=True)`` - sliding windows and attention sinks, with
+  :func:`from_mistral_attention` and :func:`from_gpt_oss_attention` (chapter 11).
+* :class:`SparseLatentAttention` - latent attention reading only the keys a :class:`LightningIndexer`
+  picks, and :func:`from_deepseek_v32_attention` from DeepSeek-V3.2's layer (chapter 11).
 * :func:`linear_attention_recurrent`, :func:`recurrent_gated_delta_rule`,
   :func:`chunked_gated_delta_rule` and :class:`GatedDeltaNet` - a state that does not grow, from
   causal linear attention to Qwen3-Next's layer, and :func:`from_qwen3_next_gated_deltanet`
@@ -44,8 +48,10 @@ from .attention import (
     KVCache,
     MultiHeadAttention,
     MultiHeadAttentionWrapper,
+    LightningIndexer,
     MultiHeadLatentAttention,
     RotaryEmbedding,
+    SparseLatentAttention,
     TiledMultiHeadAttention,
     causal_mask,
     chunked_gated_delta_rule,
@@ -58,6 +64,7 @@ from .attention import (
     merge_heads,
     recurrent_gated_delta_rule,
     rotate_half,
+    softmax_with_sinks,
     split_heads,
     stack_qkv,
     tiled_attention,
@@ -70,8 +77,11 @@ from .attention import (
 from .convert import (
     UnsupportedConfigError,
     from_deepseek_v3_attention,
+    from_deepseek_v32_attention,
+    from_gpt_oss_attention,
     from_gpt2_attention,
     from_llama_attention,
+    from_mistral_attention,
     from_qwen3_next_gated_deltanet,
     from_torch_multihead,
     sdpa_forward,
@@ -123,6 +133,12 @@ __all__ = [
     "MultiHeadLatentAttention",
     "yarn_softmax_scale",
     "from_deepseek_v3_attention",
+    "SparseLatentAttention",
+    "LightningIndexer",
+    "from_deepseek_v32_attention",
+    "from_mistral_attention",
+    "from_gpt_oss_attention",
+    "softmax_with_sinks",
     "elu_feature_map",
     "linear_attention_quadratic",
     "linear_attention_recurrent",

@@ -11,7 +11,8 @@ runs, so building the parser imports neither the exercises' checks nor nbformat 
   without the score matrix, chapter 7; with ``--grouped``, grouped-query attention beside
   transformers' Llama layer and the fast path, chapters 6 and 8; with ``--latent``, one decoded
   token of latent attention against grouped-query attention, chapter 10; with ``--deltanet``, the
-  gated delta rule against softmax attention, chapter 12);
+  gated delta rule against softmax attention, chapter 12; with ``--window``, attention under a
+  sliding window, chapter 11);
 * ``specialise`` - :mod:`mha_course.experiments.specialisation`, the experiment of chapter 5;
 * ``student``, ``grade``, ``progress`` and ``lab`` - the student edition, the grader (with a class's
   gradebook), the learner's progress view, and JupyterLab opened on the student edition;
@@ -56,7 +57,8 @@ def _bench(args: argparse.Namespace) -> int:
         return _fail("bench", str(error))
     chosen = [option for option, on in (("--decode", args.decode), ("--heads-map", args.heads_map),
                                         ("--tiled", args.tiled), ("--grouped", args.grouped),
-                                        ("--latent", args.latent), ("--deltanet", args.deltanet)) if on]
+                                        ("--latent", args.latent), ("--deltanet", args.deltanet),
+                                        ("--window", args.window)) if on]
     if len(chosen) > 1:
         count = {2: "two", 3: "three"}.get(len(chosen), "four")
         return _fail("bench", f"{' and '.join(chosen)} are {count} different benchmarks: choose one.")
@@ -66,10 +68,12 @@ def _bench(args: argparse.Namespace) -> int:
         return _bench_grouped(args)
     if args.latent:
         return _bench_latent(args)
+    if args.window:
+        return _bench_window(args)
     if args.tiled:
         return _bench_tiled(args)
     if args.block_size is not None:
-        return _fail("bench", "--block-size applies to --tiled only: add --tiled, or leave it out.")
+        return _fail("bench", "--block-size applies to --tiled and --window only: add one of them, or leave it out.")
     if args.deltanet:
         return _bench_deltanet(args)
     if args.heads_map:
@@ -113,6 +117,15 @@ def _bench_grouped(args: argparse.Namespace) -> int:
 
     return _fixed_benchmark(args, "--grouped", "times each layer beside its reference (course and transformers, "
                             "grouped and fast)", GroupedSettings, run_grouped_benchmark, grouped_summary)
+
+
+def _bench_window(args: argparse.Namespace) -> int:
+    from .bench import WindowSettings, run_window_benchmark, window_summary
+
+    options = {} if args.block_size is None else {"block_size": args.block_size}
+    return _fixed_benchmark(args, "--window", "runs attention under every window two ways (tiled, sdpa), forward and "
+                            "forward with backward", WindowSettings, run_window_benchmark, window_summary,
+                            memory=not args.no_memory, **options)
 
 
 def _bench_latent(args: argparse.Namespace) -> int:
@@ -194,8 +207,13 @@ def _add_bench(commands) -> None:
                        help="a prompt through the gated delta rule, chunked and recurrent, and softmax attention up to "
                        "16k tokens, and one decoded token with a key/value cache against a fixed state (chapter 12; "
                        "writes bench-deltanet-DEVICE.json, .csv, .png)")
+    bench.add_argument("--window", action="store_true",
+                       help="attention under a sliding window, the tiled loop against the fused kernel given the "
+                       "mask, at 8k and 16k tokens, forward and forward with backward (chapter 11; writes "
+                       "bench-window-DEVICE.json, .csv, .png)")
     bench.add_argument("--block-size", type=int, default=None,
-                       help="with --tiled: queries and keys per tile of the tiled loop (default: 64; quick: 8)")
+                       help="with --tiled or --window: queries and keys per tile of the tiled loop (default: 64 "
+                       "for --tiled, 128 for --window; quick: 8)")
     bench.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     bench.add_argument("--out", default="bench-results", help="folder for the results (default: bench-results)")
     bench.add_argument("--label", default=None, help="suffix of the file names, e.g. bench-cpu-LABEL.json")

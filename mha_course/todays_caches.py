@@ -18,7 +18,7 @@ reads, layer by layer, what a layer keeps for the tokens it has seen:
 
 :func:`cache_bytes` adds them up at a length; :func:`cache_table` sets the models side by side.
 :func:`measured_layer_bytes` builds one small layer of the course for each kind it has (``full`` as
-:class:`~mha_course.GroupedQueryAttention`, ``latent`` as :class:`~mha_course.MultiHeadLatentAttention`
+:class:`~mha_course.GroupedQueryAttention`, ``window`` as the same with the model's ``window``, ``latent`` as :class:`~mha_course.MultiHeadLatentAttention`
 converted from transformers' DeepSeek-V3 layer, ``state`` as
 :class:`~mha_course.attention.gated_deltanet.GatedDeltaNet`) with a model's cache sizes and measures
 :attr:`KVCache.nbytes <mha_course.KVCache.nbytes>` after two prompts: what a token adds, and what is
@@ -86,6 +86,9 @@ PUBLISHED = {p.name: p for p in (
     Published("Llama-3.1-70B", "LlamaConfig", dict(
         hidden_size=8192, num_hidden_layers=80, num_attention_heads=64, num_key_value_heads=8, head_dim=128,
         max_position_embeddings=131072), _HF.format("meta-llama/Llama-3.1-70B")),
+    Published("Mistral-7B-v0.1", "MistralConfig", dict(
+        hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+        sliding_window=4096, max_position_embeddings=32768), _HF.format("mistralai/Mistral-7B-v0.1")),
     Published("DeepSeek-V3", "DeepseekV3Config", dict(
         hidden_size=7168, num_hidden_layers=61, num_attention_heads=128, num_key_value_heads=128, q_lora_rank=1536,
         kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, max_position_embeddings=163840,
@@ -150,7 +153,9 @@ def cache_layers(config) -> list[LayerCache]:
     """
     if getattr(config, "kv_lora_rank", None):  # DeepSeek's latent attention
         return [LayerCache("latent", config.kv_lora_rank + config.qk_rope_head_dim)] * config.num_hidden_layers
-    types = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
+    # Without layer types, every layer alike: windowed when the config has a window (Mistral 7B)
+    every = "sliding_attention" if getattr(config, "sliding_window", None) else "full_attention"
+    types = getattr(config, "layer_types", None) or [every] * config.num_hidden_layers
     sharing = getattr(config, "kv_sharing_modes", None) or [None] * config.num_hidden_layers
     layers = []
     for index, (kind, shared) in enumerate(zip(types, sharing, strict=True)):
@@ -273,15 +278,18 @@ def _small_layers(name: str, context_length: int) -> dict:
                                 "num_key_value_heads": 2, "q_lora_rank": None})
         modeling = importlib.import_module("transformers.models.deepseek_v3.modeling_deepseek_v3")
         layers["latent"] = from_deepseek_v3_attention(modeling.DeepseekV3Attention(small, layer_idx=0))
-    if "full" in kinds:
+    for kind, layer_type in (("full", "full_attention"), ("window", "sliding_attention")):
+        if kind not in kinds:
+            continue
         own = config
-        if getattr(config, "is_heterogeneous", False):  # the full layers' own sizes
-            own = config.per_layer_config[config.layer_types.index("full_attention")]
+        if getattr(config, "is_heterogeneous", False):  # the layers' own sizes
+            own = config.per_layer_config[config.layer_types.index(layer_type)]
         heads, head_dim = own.num_key_value_heads, own.head_dim
-        layers["full"] = GroupedQueryAttention(8, heads * head_dim, context_length, 0.0, heads, heads)
+        window = config.sliding_window if kind == "window" else None  # the prompts are shorter than it
+        layers[kind] = GroupedQueryAttention(8, heads * head_dim, context_length, 0.0, heads, heads, window=window)
         # the explicit path keeps the same cache and runs in bfloat16 on any processor: PyTorch's fused
         # kernel on the CPU wants AVX-512 for bfloat16 prompts past a few tokens
-        layers["full"].use_sdpa = False
+        layers[kind].use_sdpa = False
     if "state" in kinds:
         layers["state"] = GatedDeltaNet(8, config.linear_num_value_heads, config.linear_num_key_heads,
                                         config.linear_key_head_dim, config.linear_value_head_dim,

@@ -146,7 +146,7 @@ def test_settings_errors():
 @pytest.mark.parametrize("argv,message", [
     (["--tiled", "--decode"], "--decode and --tiled are two different benchmarks"),
     (["--tiled", "--modes", "forward"], "--modes does not apply to --tiled"),
-    (["--block-size", "8"], "--block-size applies to --tiled only"),
+    (["--block-size", "8"], "--block-size applies to --tiled and --window only"),
     (["--tiled", "--block-size", "0"], "block_size must be a positive integer, got 0"),
 ])
 def test_command_errors(argv, message, capsys, tmp_path):

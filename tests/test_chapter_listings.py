@@ -35,6 +35,7 @@ TAUGHT = {
     # where the rotation's cos and sin are made, and where forward applies them
     "book/09_positions_and_padding": ("RotaryEmbedding", ("cos_sin", "forward")),
     "book/10_storing_less_latent_attention": ("MultiHeadLatentAttention", ("__init__", "forward")),
+    "book/11_looking_at_fewer_keys": ("SparseLatentAttention", ("forward",)),
     "book/12_a_state_that_does_not_grow": ("GatedDeltaNet", ("__init__", "forward")),
 }
 

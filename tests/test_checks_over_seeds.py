@@ -14,13 +14,15 @@ import importlib.util
 
 import pytest
 
-from mha_course.exercises import EXERCISES, chapter6, chapter7, chapter8, latent, positions, run_check, state
+from mha_course.exercises import (EXERCISES, chapter6, chapter7, chapter8, fewer_keys, latent, positions, run_check,
+                                  sliding, state)
 from mha_course.exercises.framework import SEED_ENV_VAR, judge, probe
 from mha_course.exercises.records import seed_of
 
 #: The chapters swept and their seeds; chapter 8's check builds GPT-2 layers, and takes three.
 SEEDS = {6: [0, 1, 2, 7, 12345, 999_999], 7: [0, 1, 2, 7, 12345, 999_999], 8: [0, 7, 12345],
-         9: [0, 1, 2, 7, 12345, 999_999], 10: [0, 1, 2, 7, 12345, 999_999], 12: [0, 1, 2, 7, 12345, 999_999]}
+         9: [0, 1, 2, 7, 12345, 999_999], 10: [0, 1, 2, 7, 12345, 999_999], 11: [0, 1, 2, 7, 12345, 999_999],
+         12: [0, 1, 2, 7, 12345, 999_999]}
 
 #: What a chapter's checks need beyond the package itself.
 MARKS = {8: [pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
@@ -102,6 +104,13 @@ def _chapter10_inputs(seed: int) -> tuple:
     return [(x.tolist(), start, layer.num_heads, layer.kv_lora_rank) for layer, x, start in cases]
 
 
+def _chapter11_inputs(seed: int) -> tuple:
+    masks = [sliding.mask_case(seed, key) for key in sliding.MASK_CASES]
+    rings = [(layer.window, x.tolist()) for layer, x in (sliding.ring_case(seed, key) for key in sliding.RING_CASES)]
+    sinks = [[t.tolist() for t in fewer_keys.sink_case(seed, key)] for key in fewer_keys.SINK_CASES]
+    return masks, rings, sinks, [fewer_keys.topk_case(seed, key)[0].tolist() for key in fewer_keys.TOPK_CASES]
+
+
 def _chapter12_inputs(seed: int) -> tuple:
     cases = [state.linear_case(seed, "readable"), state.step_case(seed, "readable"),
              state.chunk_case(seed, "readable")]
@@ -110,7 +119,7 @@ def _chapter12_inputs(seed: int) -> tuple:
 
 #: What a seed gives each swept chapter's checks: the sizes, and the numbers of the small cases.
 INPUTS = {6: _chapter6_inputs, 7: _chapter7_inputs, 8: chapter8.mapping_cases, 9: _chapter9_inputs,
-          10: _chapter10_inputs, 12: _chapter12_inputs}
+          10: _chapter10_inputs, 11: _chapter11_inputs, 12: _chapter12_inputs}
 
 
 @pytest.mark.parametrize("chapter", list(SEEDS))

@@ -141,7 +141,7 @@ BOOK_FIGURES = {
         lambda: _plots().plot_kv_sharing(num_heads=8, kv_groups=(8, 2, 1)),
     "mha_course.plots.plot_kv_cache_growth: two model shapes":
         lambda: _plots().plot_kv_cache_growth(bytes_per_number=2),
-    "mha_course.plots.plot_todays_caches: seven published models":
+    "mha_course.plots.plot_todays_caches: eight published models":
         lambda: _plots().plot_todays_caches(
             _module("mha_course.todays_caches").cache_rows(lengths=[2**k for k in range(10, 18)])),
     "mha_course.plots.plot_state_updates: four tokens":
@@ -165,6 +165,14 @@ BOOK_FIGURES = {
         lambda: _plots().plot_rotation(head_dim=8, rope_theta=10000.0),
     "mha_course.plots.plot_tiles: 10 tokens in tiles of 4":
         lambda: _plots().plot_tiles(10, block_size=4),
+    "mha_course.plots.plot_tiles: 24 tokens in tiles of 4, window 8":
+        lambda: _plots().plot_tiles(24, block_size=4, window=8),
+    "mha_course.plots.plot_window_mask: 10 tokens, window 4":
+        lambda: _plots().plot_window_mask(num_tokens=10, window=4),
+    "mha_course.plots.plot_ring_cache: window 4, 10 steps":
+        lambda: _plots().plot_ring_cache(window=4, num_tokens=10),
+    "mha_course.bench.plots.plot_window: stored window run":
+        lambda: _module("mha_course.bench.plots").plot_window(_bench_results("bench-window-cpu.json")),
     "mha_course.bench.plots.plot_tiled: stored tiled run":
         lambda: _module("mha_course.bench.plots").plot_tiled(_bench_results("bench-tiled-cpu.json")),
     "mha_course.experiments.specialisation.plots.plot_accuracy_by_heads: stored runs":

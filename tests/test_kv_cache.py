@@ -307,3 +307,47 @@ def test_tensors_that_do_not_fit_are_refused_before_anything_changes():
     with pytest.raises(ValueError, match=r"latent must be a tensor \(batch, \.\.\., num_new, width\), got shape \(2,\)"):
         cache.extend(latent=torch.rand(2), rotated_key=torch.rand(2, 1, 4))
     assert len(cache) == 3 and cache.tensors["latent"].shape == (2, 3, 16)  # nothing changed
+
+
+def test_a_sliding_cache_stops_growing_and_still_counts_every_position():
+    """slide(window): after any split of a sequence the cache holds its last window - 1 positions, in
+    order; what each call returns is what the new tokens' queries may read; nbytes stops growing."""
+    keys = torch.arange(20.0).view(1, 1, 20, 1).expand(2, 3, 20, 4)
+    for window, cuts in ((4, [0, 5, 6, 7, 12, 20]), (1, [0, 3, 4, 20]), (8, [0, 2, 20]), (30, [0, 20])):
+        cache, sizes = KVCache(), []
+        for start, end in zip(cuts, cuts[1:]):
+            held_before = cache.held
+            got_keys, got_values = cache.slide(window, keys=keys[:, :, start:end], values=-keys[:, :, start:end])
+            assert torch.equal(got_keys, keys[:, :, start - held_before:end])  # the held ones, then the new
+            assert torch.equal(got_values, -got_keys)
+            assert len(cache) == end and cache.held == min(end, window - 1) and cache.dropped == end - cache.held
+            assert torch.equal(cache.keys, keys[:, :, end - cache.held:end])
+            sizes.append(cache.nbytes)
+        assert max(sizes) == 2 * 2 * 3 * min(20, window - 1) * 4 * 4
+
+
+def test_a_sliding_cache_copies_its_rows_so_older_ones_are_freed():
+    cache = KVCache()
+    big = torch.rand(1, 1, 100, 4)
+    cache.slide(3, keys=big, values=big.clone())
+    assert cache.keys.untyped_storage().nbytes() == 2 * 4 * 4  # not a view of the 100 rows
+
+
+def test_a_sliding_cache_survives_copies_pickles_and_reset():
+    import pickle
+
+    cache = KVCache()
+    for _ in range(5):
+        cache.slide(2, keys=torch.rand(1, 1, 1, 4), values=torch.rand(1, 1, 1, 4))
+    for twin in (copy.deepcopy(cache), pickle.loads(pickle.dumps(cache))):
+        assert (len(twin), twin.held, twin.dropped) == (5, 1, 4)
+    assert repr(cache) == "KVCache(5 positions, the last 1 held, batch=1, kv_heads=1, head_dim=4)"
+    cache.reset()
+    assert (len(cache), cache.held, cache.dropped) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("window", [0, -2, 2.5, True])
+def test_a_sliding_cache_refuses_a_window_that_is_not_a_positive_integer(window):
+    with pytest.raises((ValueError, TypeError), match=r"window must be a positive integer.*how many positions "
+                                                      r"a token sees"):
+        KVCache().slide(window, keys=torch.rand(1, 1, 1, 4), values=torch.rand(1, 1, 1, 4))

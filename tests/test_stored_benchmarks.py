@@ -96,7 +96,7 @@ def test_two_thread_run_measures_the_same_machine_and_sizes_as_the_one_thread_ru
 STORED_RUNS = ("bench-cpu.json", "bench-cpu-2threads.json", "bench-cpu-mmap-off.json",
                "bench-cpu-malloc-reuse.json", "bench-decode-cpu.json", "bench-heads-map-cpu.json",
                "bench-tiled-cpu.json", "bench-grouped-cpu.json", "bench-latent-cpu.json",
-               "bench-deltanet-cpu.json")
+               "bench-deltanet-cpu.json", "bench-window-cpu.json")
 
 
 @pytest.mark.parametrize("name", STORED_RUNS)
@@ -398,3 +398,31 @@ def test_stored_state_run_chunked_equals_recurrent_and_the_state_does_not_grow()
     # the chunked form keeps nothing quadratic in the length: its peak grows as T, not T^2
     peaks = [r["peak_bytes"] for r in prompt["chunked"]]
     assert all(b / a < 6 for a, b in zip(peaks, peaks[1:]))  # lengths x4 apart
+
+
+# --- Attention under a sliding window (chapter 11) ----------------------------------------------------
+
+def test_stored_window_run_the_loop_skips_tiles_and_its_time_falls_with_the_window():
+    # The tiled loop with a window computes the same function as the fused kernel given the window's
+    # mask; at the longest length its time falls with the window (the tiles it computes grow as the
+    # window does), below the causal loop's for every window, and it never holds a score tensor,
+    # where the kernel given a (T, T) mask holds one.
+    from mha_course.bench.window import window_rows
+
+    path = DATA / "bench-window-cpu.json"
+    if not path.exists():
+        pytest.skip("bench-window-cpu.json is not stored (book/data/README.md has the command)")
+    results = bench.load_results(path)
+    assert all(r["max_abs_diff"] < 1e-4 for r in results["rows"])
+    longest = max(r["num_tokens"] for r in results["rows"])
+    assert longest == 16384
+    rows = window_rows(results, num_tokens=longest)
+    tiled = [r for r in rows if r["implementation"] == "tiled"]
+    windowed = [r for r in tiled if r["window"] is not None]
+    assert [r["tiles"] for r in windowed] == sorted(r["tiles"] for r in windowed)
+    assert [r["median_s"] for r in windowed] == sorted(r["median_s"] for r in windowed)
+    assert all(r["vs_full"] < 1 for r in windowed)
+    sdpa = {r["window"]: r for r in rows if r["implementation"] == "sdpa"}
+    for r in windowed:
+        assert sdpa[r["window"]]["peak_bytes"] > 10 * r["peak_bytes"]
+

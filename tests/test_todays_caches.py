@@ -61,6 +61,8 @@ def test_the_published_sizes_are_what_the_configs_hold():
     assert rows["Gemma-3-27B"]["layers"] == "52 window 1024 + 10 full"
     assert rows["Qwen3-Next-80B-A3B"]["layers"] == "36 state + 12 full"
     assert rows["Gemma-4-E2B"]["layers"] == "12 window 512 + 3 full + 20 shared"
+    assert rows["Mistral-7B-v0.1"]["layers"] == "32 window 4096" and rows["Mistral-7B-v0.1"]["per_token"] == 0
+    assert rows["Mistral-7B-v0.1"]["bytes"][131072] == rows["Mistral-7B-v0.1"]["bytes"][4096] == 32 * 2 * 8 * 128 * 4096 * 2
     table = str(cache_table())
     assert "DeepSeek-V3" in table and "128k tokens" in table
 
@@ -135,3 +137,22 @@ def test_the_layers_are_measured_on_a_processor_without_avx512():
     done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ATEN_CPU_CAPABILITY": "default"},
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("name", ["Mistral-7B-v0.1", "gpt-oss-120b"])
+def test_a_windowed_layer_of_the_course_stops_at_window_minus_one_positions(name):
+    """The course's windowed layer with a model's key/value sizes and window: past the window its cache holds
+    window - 1 positions, the table's window less the token being added."""
+    from mha_course import GroupedQueryAttention, KVCache
+
+    config = PUBLISHED[name].config()
+    window_layer = next(layer for layer in cache_layers(config) if layer.kind == "window")
+    heads, head_dim = config.num_key_value_heads, config.head_dim
+    layer = GroupedQueryAttention(8, heads * head_dim, 2 * window_layer.window, 0.0, heads, heads,
+                                  window=window_layer.window).eval()
+    cache = KVCache()
+    with torch.no_grad():
+        layer(torch.randn(1, window_layer.window + 5, 8), cache=cache)
+        layer(torch.randn(1, 1, 8), cache=cache)
+    assert cache.nbytes == window_layer.per_token * (window_layer.window - 1) * 4  # float32
+

@@ -9,6 +9,8 @@
 * :mod:`.tiled` - attention one tile of scores at a time (chapter 7);
 * :mod:`.rotary` and :mod:`.generation` - rotary positions, and a padded batch decoded (chapter 9);
 * :mod:`.latent` - multi-head latent attention: keys and values from one cached latent per token (chapter 10);
+* :mod:`.sinks` - attention sinks: a learned logit per head in the softmax, with no value (chapter 11);
+* :mod:`.sparse` - DeepSeek's sparse attention: an indexer picks each query's top-k keys (chapter 11);
 * :mod:`.linear`, :mod:`.delta_rule` and :mod:`.gated_deltanet` - a state that does not grow: causal
   linear attention, the gated delta rule in its recurrent and chunked forms, and Qwen3-Next's Gated
   DeltaNet layer (chapter 12);
@@ -32,6 +34,8 @@ from .linear import elu_feature_map, linear_attention_quadratic, linear_attentio
 from .masking import causal_mask, visibility, with_padding
 from .multihead import MultiHeadAttention, transfer_weights
 from .rotary import RotaryEmbedding, rotate_half
+from .sinks import softmax_with_sinks
+from .sparse import LightningIndexer, SparseLatentAttention
 from .tiled import TiledMultiHeadAttention, tiled_attention
 from .wrapper import MultiHeadAttentionWrapper
 
@@ -40,6 +44,7 @@ __all__ = [
     "FastMultiHeadAttention", "GroupedQueryAttention", "KVCache", "TiledMultiHeadAttention", "tiled_attention",
     "RotaryEmbedding", "rotate_half", "split_heads", "merge_heads", "stack_qkv", "unstack_qkv",
     "causal_mask", "visibility", "with_padding", "MultiHeadLatentAttention", "yarn_softmax_scale",
+    "LightningIndexer", "SparseLatentAttention", "softmax_with_sinks",
     "elu_feature_map", "linear_attention_quadratic", "linear_attention_recurrent", "l2_normalise", "delta_rule_step",
     "gated_delta_step", "recurrent_gated_delta_rule", "chunked_gated_delta_rule", "GatedDeltaNet",
 ]

@@ -71,6 +71,21 @@ def validate_bool(name: str, value) -> bool:
     return value
 
 
+def validate_window(window) -> int | None:
+    """``None`` (every earlier key), or ``window`` as a positive ``int``: how many positions a query sees.
+
+    Example:
+        >>> validate_window(0)
+        Traceback (most recent call last):
+            ...
+        ValueError: window must be a positive integer, got 0. Pass a whole number of at least 1. It is how many positions a query sees, itself included (e.g. window=4096, Mistral's), or None for every earlier key.
+    """
+    if window is None:
+        return None
+    return validate_positive_int("window", window, hint="It is how many positions a query sees, itself included "
+                                 "(e.g. window=4096, Mistral's), or None for every earlier key.")
+
+
 def validate_divisible(d_out: int, num_heads: int) -> int:
     """Return ``head_dim = d_out // num_heads`` or explain why ``d_out`` cannot be split evenly."""
     if d_out % num_heads != 0:

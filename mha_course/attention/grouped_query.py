@@ -24,12 +24,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import validate_attention_args, validate_input
+from ._validation import (validate_attention_args, validate_bool, validate_input, validate_positive_int,
+                          validate_window)
 from .heads import captured_attention_weights, merge_heads, score_dtype, split_heads
 from .kv_cache import cache_start
 from .masking import causal_mask, drop_loaded_mask, safe_softmax, with_padding
 from .multihead import MultiHeadAttention, not_a_multihead
 from .rotary import RotaryEmbedding
+from .sinks import softmax_with_sinks
 
 
 class GroupedQueryAttention(nn.Module):
@@ -37,8 +39,8 @@ class GroupedQueryAttention(nn.Module):
 
     Args:
         d_in: width of each input token vector.
-        d_out: total width of the output, split across the query heads
-            (``head_dim = d_out // num_heads``), as in :class:`MultiHeadAttention`.
+        d_out: total width of the query heads (``head_dim = d_out // num_heads``), and of the
+            output unless ``out_width`` says otherwise, as in :class:`MultiHeadAttention`.
         context_length: the longest sequence the module accepts, cached positions included.
         dropout: probability of zeroing an attention weight while training.
         num_heads: how many query heads; must divide ``d_out``.
@@ -49,9 +51,19 @@ class GroupedQueryAttention(nn.Module):
             embeddings (e.g. ``10000.0``): queries and keys are then rotated by their positions
             with Llama's half-split convention (:class:`mha_course.attention.rotary.RotaryEmbedding`),
             keys before they enter the cache.
+        window: ``None`` (the default: every earlier position is visible), or a sliding window
+            (chapter 11): a query sees itself and the ``window - 1`` positions before it (key ``j``
+            is visible from query ``i`` when ``0 <= i - j < window``, Mistral's and transformers'
+            convention), and a :class:`KVCache` keeps only the last ``window - 1`` positions.
+        sinks: ``False`` (the default), or ``True`` for gpt-oss's attention sinks (chapter 11):
+            one learned logit per head, ``self.sinks``, a column of the softmax that takes
+            probability and gives no value (:func:`~mha_course.attention.sinks.softmax_with_sinks`).
+        out_width: the width the output projection maps the merged heads to, ``d_out`` by default.
+            Production models whose heads together are wider or narrower than the model (gpt-oss:
+            64 heads of 64 in a width of 2880) pass their width here.
 
     Shapes:
-        input ``(batch, num_tokens, d_in)`` -> output ``(batch, num_tokens, d_out)``; inside,
+        input ``(batch, num_tokens, d_in)`` -> output ``(batch, num_tokens, out_width)``; inside,
         queries are ``(batch, num_heads, num_tokens, head_dim)`` and keys and values
         ``(batch, num_kv_groups, num_tokens, head_dim)`` until they are repeated for the groups.
 
@@ -61,11 +73,13 @@ class GroupedQueryAttention(nn.Module):
         W_query: ``nn.Linear(d_in, d_out)``, the query projection of all heads.
         W_key: ``nn.Linear(d_in, num_kv_groups * head_dim)``, one key head per group;
             ``W_value`` is its twin for values.
-        out_proj: ``nn.Linear(d_out, d_out)`` that mixes the merged heads.
+        out_proj: ``nn.Linear(d_out, out_width)`` that mixes the merged heads.
         rotary: the :class:`~mha_course.attention.rotary.RotaryEmbedding`, or ``None`` without ``rope_theta``.
+        window: the sliding window, or ``None``.
+        sinks: ``nn.Parameter`` of shape ``(num_heads,)``, the sink logits (zeros when made), or ``None``.
         use_sdpa: ``True`` (default) runs ``scaled_dot_product_attention`` with ``enable_gqa``;
             ``False`` runs the explicit computation, for comparison. ``attention_weights`` always
-            uses the explicit one.
+            uses the explicit one, and so does a module with sinks: the kernel has no sink column.
 
     No mask buffer: each call builds the causal mask of its own rows, ``(num_tokens, cached +
     num_tokens)``, and only where the fused kernel needs one (a prompt has ``is_causal``, one new
@@ -91,13 +105,20 @@ class GroupedQueryAttention(nn.Module):
         torch.Size([1, 6, 8])
         >>> gqa.W_query.weight.shape, gqa.W_key.weight.shape  # 4 query heads, 2 key heads, of width 2
         (torch.Size([8, 8]), torch.Size([4, 8]))
+        >>> from mha_course import KVCache
+        >>> windowed = GroupedQueryAttention(8, 8, 64, 0.0, 4, 2, window=4)  # a token sees 4 positions
+        >>> cache = KVCache()
+        >>> _ = windowed(torch.rand(1, 10, 8), cache=cache)
+        >>> len(cache), cache.held  # 10 positions seen, the last 3 kept: all the next token can see
+        (10, 3)
     """
 
     #: Run the fused kernel (True) or the explicit computation (False).
     use_sdpa: bool = True
 
     def __init__(self, d_in, d_out, context_length, dropout, num_heads,
-                 num_kv_groups, qkv_bias=False, rope_theta=None):
+                 num_kv_groups, qkv_bias=False, rope_theta=None, window=None,
+                 sinks=False, out_width=None):
         super().__init__()
         args = validate_attention_args(
             d_in, d_out, context_length, dropout, qkv_bias, num_heads,
@@ -109,26 +130,33 @@ class GroupedQueryAttention(nn.Module):
         self.context_length = args.context_length
         self.num_kv_groups = args.num_kv_groups
         self.group_size = self.num_heads // self.num_kv_groups
+        self.out_width = self.d_out if out_width is None else validate_positive_int(
+            "out_width", out_width, hint="It is the width of the output, d_out by default.")
         self.W_query = nn.Linear(self.d_in, self.d_out, bias=args.qkv_bias)
         # New in this class: one key head and one value head per group, not
         # per query head, so the key and value projections are narrower.
         kv_width = self.num_kv_groups * self.head_dim
         self.W_key = nn.Linear(self.d_in, kv_width, bias=args.qkv_bias)
         self.W_value = nn.Linear(self.d_in, kv_width, bias=args.qkv_bias)
-        self.out_proj = nn.Linear(self.d_out, self.d_out)
+        self.out_proj = nn.Linear(self.d_out, self.out_width)
         self.dropout = nn.Dropout(args.dropout)
         self.rotary = (None if rope_theta is None  # Llama's rotary positions
                        else RotaryEmbedding(self.head_dim, rope_theta))
+        # Chapter 11: a sliding window, and gpt-oss's sink logit per head.
+        self.window = validate_window(window)
+        self.sinks = (nn.Parameter(torch.zeros(self.num_heads))
+                      if validate_bool("sinks", sinks) else None)
         # No mask buffer; a state dict with a causal mask (MultiHeadAttention's) loads all the same.
         self.register_load_state_dict_pre_hook(drop_loaded_mask)
 
     def forward(self, x, cache=None, attention_mask=None, position_ids=None,
                 position_embeddings=None):
-        """Grouped-query attention: ``(B, T, d_in) -> (B, T, d_out)``.
+        """Grouped-query attention: ``(B, T, d_in) -> (B, T, out_width)``.
 
         With a ``cache``, ``x`` holds the tokens that follow the cached ones:
         their keys and values are appended to it, and each of them attends
-        to every cached position and to the tokens of ``x`` up to itself.
+        to every cached position and to the tokens of ``x`` up to itself
+        (with a ``window``, to those of the last ``window`` positions).
         ``attention_mask`` ``(B, cached + T)``: 1 for a real token, 0 for
         padding; ``position_ids`` ``(B, T)`` or ``position_embeddings``
         (``(cos, sin)``, made once for all layers): the rotation's positions.
@@ -144,16 +172,18 @@ class GroupedQueryAttention(nn.Module):
         if self.rotary is not None:  # turned by position, keys before caching
             queries, keys = self.rotary(queries, keys, start, position_ids,
                                         position_embeddings)
-        if cache is not None:  # the past, then x: (B, g, end, d_h) each
-            keys, values = cache.append(keys, values)
-        # True where a query may not look, a later key or padding: (T, end),
-        # or (B, 1, T, end) with padding. None where the kernel needs none: a
-        # prompt is_causal, and one new token sees every key.
+        if cache is not None:  # the past held, then x: (B, g, S, d_h) each
+            keys, values = cache.append(keys, values, window=self.window)
+        # True where a query may not look, a later key, one out of the window,
+        # or padding: (T, S), or (B, 1, T, S) with padding. None where the
+        # kernel needs none: a prompt is_causal, one new token sees every key.
         mask = None
-        if attention_mask is not None or (start and x.shape[1] > 1):
-            mask = with_padding(causal_mask(x.shape[1], x.device, start=start),
-                                attention_mask, len(x))
-        if self.use_sdpa:  # each group of query heads reads its KV head
+        if (attention_mask is not None or self.window
+                or (start and x.shape[1] > 1)):
+            mask = with_padding(causal_mask(x.shape[1], x.device, start=start,
+                                            window=self.window),
+                                attention_mask, len(x), start + x.shape[1])
+        if self.use_sdpa and self.sinks is None:  # groups read their KV heads
             p = self.dropout.p if self.training else 0.0
             context = F.scaled_dot_product_attention(  # its mask: True = see
                 queries, keys, values, dropout_p=p, enable_gqa=g < h,
@@ -162,16 +192,19 @@ class GroupedQueryAttention(nn.Module):
         else:  # step by step: each key/value head repeated for its group,
             # KV1 KV1 KV2 KV2 ... (repeat_interleave; repeat: KV1 KV2 KV1 KV2)
             r = self.group_size
-            keys = keys.repeat_interleave(r, dim=1)  # (B, h, end, d_h)
-            values = values.repeat_interleave(r, dim=1)  # (B, h, end, d_h)
+            keys = keys.repeat_interleave(r, dim=1)  # (B, h, S, d_h)
+            values = values.repeat_interleave(r, dim=1)  # (B, h, S, d_h)
             dtype = score_dtype(queries.dtype)  # float32 for float16 inputs
             queries = queries.to(dtype) * self.head_dim**-0.5
-            scores = queries @ keys.to(dtype).transpose(2, 3)  # (B, h, T, end)
+            scores = queries @ keys.to(dtype).transpose(2, 3)  # (B, h, T, S)
             if mask is None:
                 mask = causal_mask(x.shape[1], x.device, start=start)
-            weights = safe_softmax(scores, mask).to(values.dtype)  # 0: no key
-            context = self.dropout(weights) @ values  # (B, h, T, d_h)
-        return self.out_proj(merge_heads(context))  # (B, T, d_out)
+            if self.sinks is None:
+                weights = safe_softmax(scores, mask)  # 0 where no key is seen
+            else:  # one more column per head, a logit that has no value
+                weights = softmax_with_sinks(scores, self.sinks, mask)
+            context = self.dropout(weights.to(values.dtype)) @ values
+        return self.out_proj(merge_heads(context))  # (B, T, out_width)
 
     @torch.no_grad()
     def attention_weights(self, x: torch.Tensor) -> torch.Tensor:

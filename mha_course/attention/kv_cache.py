@@ -10,9 +10,10 @@ new tokens' queries.
 number of key/value heads of the layer (``num_kv_groups``), so sharing key/value heads across query
 heads shrinks the cache by ``num_heads / num_kv_groups``. Other layers keep other tensors under
 other names, one row per position on the second-to-last axis: multi-head latent attention keeps one
-small latent and one rotated key per token (:meth:`KVCache.extend`); a layer with a recurrent state
-keeps a tensor that does not grow at all (:meth:`KVCache.hold`). :attr:`KVCache.nbytes` measures
-what any of them holds.
+small latent and one rotated key per token (:meth:`KVCache.extend`); a layer with a sliding window
+keeps only the last positions its next token can see (:meth:`KVCache.slide`); a layer with a
+recurrent state keeps a tensor that does not grow at all (:meth:`KVCache.hold`).
+:attr:`KVCache.nbytes` measures what any of them holds.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from __future__ import annotations
 import weakref
 
 import torch
+
+from ._validation import validate_positive_int
 
 
 class KVCache:
@@ -43,6 +46,9 @@ class KVCache:
         states: tensors of a fixed size, by name (a recurrent layer's state), empty for attention.
         keys: ``tensors["keys"]``, ``(batch, num_kv_groups, num_cached, head_dim)``, or ``None``
             while empty; ``values`` the same for values.
+        dropped: how many of the first positions a sliding window has let go (:meth:`slide`); 0
+            for a cache that keeps everything. ``len(cache)`` counts them too: it is the position
+            of the next token.
 
     Example:
         >>> from mha_course import GroupedQueryAttention
@@ -61,6 +67,9 @@ class KVCache:
         >>> len(cache)
         0
     """
+
+    #: Positions let go at the front by a sliding window (a class default, so old pickles load too).
+    dropped: int = 0
 
     def __init__(self) -> None:
         self.tensors: dict[str, torch.Tensor] = {}  # name -> (B, ..., T_cached, width)
@@ -143,24 +152,32 @@ class KVCache:
         self.__dict__.update(state)
 
     def __len__(self) -> int:
-        """How many positions the cache holds (0 when empty): the rows of its per-position tensors, or,
-        for a cache of fixed-size states alone, the positions those states summarise."""
+        """How many positions the cache has seen (0 when empty): those it holds, and those a window let go."""
+        return self.dropped + self.held
+
+    @property
+    def held(self) -> int:
+        """How many positions the cache holds: the rows of its per-position tensors (``len(cache)``
+        unless a sliding window let some go), or, for a cache of fixed-size states alone, the
+        positions those states summarise."""
         return next((t.shape[-2] for t in self.tensors.values()), self.__dict__.get("_held_positions", 0))
 
     def __repr__(self) -> str:
         if not self.tensors and not self.states:
             return "KVCache(empty)"
+        seen = f"{len(self)} positions" + (f", the last {self.held} held" if self.dropped else "")
         if self.tensors.keys() == {"keys", "values"} and not self.states:  # GroupedQueryAttention's
             batch, groups, _, head_dim = self.keys.shape
-            return f"KVCache({len(self)} positions, batch={batch}, kv_heads={groups}, head_dim={head_dim})"
+            return f"KVCache({seen}, batch={batch}, kv_heads={groups}, head_dim={head_dim})"
         held = ", ".join(f"{name}={tuple(t.shape)}" for name, t in [*self.tensors.items(), *self.states.items()])
-        return f"KVCache({len(self)} positions, {held})"
+        return f"KVCache({seen}, {held})"
 
     def reset(self) -> None:
         """Empty the cache, to start a new sequence (or batch of sequences)."""
         self.tensors, self.states = {}, {}
         self._held_positions = 0
         self._layer = None
+        self.dropped = 0
 
     def start(self, layer, num_new: int, context_length: int | None) -> int:
         """Where ``layer``'s ``num_new`` new tokens start: the number of positions already cached.
@@ -214,12 +231,15 @@ class KVCache:
         return (f", in {held.dtype} on {held.device}, where this layer's weights are {weight.dtype} on "
                 f"{weight.device} (a copy of a layer moved with .to() is another layer, whose keys would differ)")
 
-    def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def append(self, keys: torch.Tensor, values: torch.Tensor,
+               window: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Add the new tokens' keys and values; return all keys and values held, old then new.
 
         Called by :class:`GroupedQueryAttention` itself. Both arguments are ``(batch,
         num_kv_groups, num_new, head_dim)``; the result is ``(batch, num_kv_groups, len(self),
-        head_dim)`` after the append. It is :meth:`extend` under the names ``keys`` and ``values``.
+        head_dim)`` after the append. It is :meth:`extend` under the names ``keys`` and ``values``,
+        or, for a layer with a sliding ``window``, :meth:`slide`: the positions held before are then
+        at most the last ``window - 1``.
 
         Raises:
             ValueError: if the new keys do not fit what the cache holds (another batch size, number
@@ -242,6 +262,8 @@ class KVCache:
                 f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must have the same shape "
                 "(batch, num_kv_groups, num_new, head_dim)."
             )
+        if window is not None:
+            return self.slide(window, keys=keys, values=values)
         return self.extend(keys=keys, values=values)
 
     def extend(self, **new: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -273,6 +295,40 @@ class KVCache:
                 tensor = torch.cat([self.tensors[name], tensor], dim=-2)
             self.tensors[name] = tensor
         return tuple(self.tensors[name] for name in new)
+
+    def slide(self, window: int, **new: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """:meth:`extend`, then hold only the last ``window - 1`` positions: the cache of a sliding window.
+
+        A layer whose token ``i`` sees the keys ``i - window + 1`` to ``i`` needs, for its next token,
+        the ``window - 1`` positions before it, and never an older one. The result is :meth:`extend`'s:
+        the positions held, then the new ones, which the new tokens' queries read; afterwards the cache
+        holds at most ``window - 1`` positions whatever the sequence's length, so its :attr:`nbytes`
+        stops growing. ``len(cache)`` still counts every position seen, the next token's position, and
+        :attr:`dropped` those let go. Mistral's rolling buffer keeps the same keys in ``window`` slots
+        written in turn (position ``p`` in slot ``p % window``); here they stay in order, as in
+        transformers' cache, so that the positions of the rows are ``len(cache) - held`` onwards.
+
+        Raises:
+            ValueError: if ``window`` is not a positive integer, or as :meth:`extend`.
+
+        Example:
+            >>> cache = KVCache()
+            >>> for t in range(6):  # six tokens, one at a time, through a window of 3
+            ...     keys, values = cache.slide(3, keys=torch.rand(1, 1, 1, 4), values=torch.rand(1, 1, 1, 4))
+            >>> keys.shape[-2], cache.held, len(cache), cache.dropped  # the last token read 3 keys
+            (3, 2, 6, 4)
+            >>> cache.nbytes == 2 * 2 * 4 * 4  # keys and values of 2 positions: as after 3 tokens
+            True
+        """
+        window = validate_positive_int(
+            "window", window, hint="It is how many positions a token sees, itself included.")
+        joined = self.extend(**new)
+        excess = self.held - (window - 1)
+        if excess > 0:  # copies of the last rows: the older ones are freed
+            self.tensors = {name: t[..., excess:, :].clone()
+                            for name, t in self.tensors.items()}
+            self.dropped += excess
+        return joined
 
     def hold(self, new_positions: int = 0, **state: torch.Tensor) -> None:
         """Keep tensors of a fixed size, by name, in place of those held before (a recurrent state).

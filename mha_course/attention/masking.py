@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from ._validation import validate_attention_mask, validate_non_negative_int
+from ._validation import validate_attention_mask, validate_non_negative_int, validate_window
 
 
-def causal_mask(num_tokens: int, device: torch.device | str | None = None, start: int = 0) -> torch.Tensor:
+def causal_mask(num_tokens: int, device: torch.device | str | None = None, start: int = 0,
+                window: int | None = None) -> torch.Tensor:
     """Boolean mask that is ``True`` where attention is forbidden: ``(num_tokens, start + num_tokens)``.
 
     Row ``i`` is the query at position ``start + i`` and column ``j`` the key at position ``j``;
@@ -17,10 +18,21 @@ def causal_mask(num_tokens: int, device: torch.device | str | None = None, start
     ``attn_mask``. With ``start = 0`` the mask is square; with ``start`` cached positions before the
     new tokens (chapter 6) it holds only the rows of the new tokens, against every key they may see.
 
+    With a sliding ``window`` (chapter 11) a query also stops seeing the keys ``window`` or more
+    positions back: key ``p`` is visible from query ``q`` when ``0 <= q - p < window``, itself and
+    the ``window - 1`` positions before it (transformers' convention). The columns that no row
+    sees are left out: the mask starts at position ``max(0, start - window + 1)``, and holds the
+    columns of the positions a window's cache keeps (:meth:`KVCache.slide`) and of the new tokens.
+
     Args:
         num_tokens: how many queries, a non-negative integer (0 gives an empty mask).
         device: where to create the mask (default: the CPU).
         start: the position of the first query, the number of positions before it (default 0).
+        window: ``None`` (every earlier position is visible), or how many positions a query sees,
+            itself included.
+
+    Raises:
+        ValueError: for a negative ``num_tokens`` or ``start``, or a ``window`` below 1.
 
     Example:
         >>> causal_mask(3).int()
@@ -30,11 +42,26 @@ def causal_mask(num_tokens: int, device: torch.device | str | None = None, start
         >>> causal_mask(2, start=2).int()  # tokens 2 and 3, after two cached ones
         tensor([[0, 0, 0, 1],
                 [0, 0, 0, 0]], dtype=torch.int32)
+        >>> causal_mask(4, window=2).int()  # each token sees itself and the one before
+        tensor([[0, 1, 1, 1],
+                [0, 0, 1, 1],
+                [1, 0, 0, 1],
+                [1, 1, 0, 0]], dtype=torch.int32)
+        >>> causal_mask(1, start=5, window=3).int()  # token 5 sees 3 and 4 (of the cache) and itself
+        tensor([[0, 0, 0]], dtype=torch.int32)
     """
     num_tokens = validate_non_negative_int("num_tokens", num_tokens)
     start = validate_non_negative_int("start", start)
-    future = torch.ones(num_tokens, start + num_tokens, dtype=torch.bool, device=device)
-    return torch.triu(future, diagonal=start + 1)
+    first = 0  # the position of the first column
+    window = validate_window(window)
+    if window is not None:
+        first = max(0, start - window + 1)
+    future = torch.ones(num_tokens, start + num_tokens - first,
+                        dtype=torch.bool, device=device)
+    mask = torch.triu(future, diagonal=start - first + 1)  # keys after the query
+    if window is not None:  # and keys window or more positions before it
+        mask |= torch.tril(future, diagonal=start - first - window)
+    return mask
 
 
 def visibility(num_tokens: int) -> torch.Tensor:
@@ -165,7 +192,8 @@ def grow_mask(module, args, kwargs) -> None:
             module.mask = causal_mask(needed, device=module.mask.device)
 
 
-def with_padding(causal: torch.Tensor, attention_mask: torch.Tensor | None, batch: int) -> torch.Tensor:
+def with_padding(causal: torch.Tensor, attention_mask: torch.Tensor | None, batch: int,
+                 num_positions: int | None = None) -> torch.Tensor:
     """The causal mask ``(T, S)`` combined with a padding mask ``(B, S)``: ``True`` where forbidden.
 
     Without ``attention_mask`` the causal mask comes back as it is. With one, a key position that is
@@ -174,6 +202,10 @@ def with_padding(causal: torch.Tensor, attention_mask: torch.Tensor | None, batc
     key at all: its row is masked throughout. Every module of the course gives such a row attention
     weights of 0 and a context vector of 0 (``safe_softmax``), as PyTorch's
     ``scaled_dot_product_attention`` does, rather than the ``0/0 = NaN`` of a plain softmax.
+
+    ``num_positions`` is how many positions ``attention_mask`` covers, by default the causal mask's
+    ``S``. A sliding window's causal mask holds only the last positions (``causal_mask``'s
+    ``window``): pass every position seen, and the padding mask's last ``S`` columns are used.
 
     Example:
         >>> padding = torch.tensor([[0, 1, 1]])  # one sequence, left-padded by one token
@@ -184,9 +216,10 @@ def with_padding(causal: torch.Tensor, attention_mask: torch.Tensor | None, batc
     """
     if attention_mask is None:
         return causal
-    real = validate_attention_mask(attention_mask, batch, causal.shape[-1],
-                                   causal.device)  # (B, S), True: real
-    return causal | ~real[:, None, None, :]  # (B, 1, T, S)
+    S = causal.shape[-1]  # the keys of the mask: the last S positions
+    real = validate_attention_mask(attention_mask, batch, num_positions or S,
+                                   causal.device)  # (B, positions), True: real
+    return causal | ~real[:, None, None, -S:]  # (B, 1, T, S)
 
 
 def safe_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

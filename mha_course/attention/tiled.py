@@ -14,7 +14,9 @@ is the online softmax of Milakov and Gimelshein (2018), used for attention in O(
 Rabe and Staats (2021) and by FlashAttention (Dao et al., 2022; Dao, 2023), whose loop order this
 follows: an outer loop over blocks of queries, the division once at the end. Under the causal
 mask a tile that lies wholly above the diagonal would be masked entirely, so the loop never
-computes it.
+computes it. A sliding window (chapter 11) hides the keys that are ``window`` or more positions
+before their query as well, and the loop skips the tiles wholly outside it too, as FlashAttention's
+local attention does: the work of a long sequence then grows with ``T * window``, not ``T**2``.
 
 The backward pass is written too (:class:`TiledAttention`): the forward keeps the inputs, the
 output and one log-sum-exp per query row, and the backward recomputes each tile's probabilities
@@ -29,14 +31,15 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from ._validation import validate_attention_mask, validate_bool, validate_input, validate_positive_int
+from ._validation import (validate_attention_mask, validate_bool, validate_input, validate_positive_int,
+                          validate_window)
 from .heads import captured_attention_weights, merge_heads, score_dtype, split_heads
 from .multihead import MultiHeadAttention, not_a_multihead
 
 
 def tiled_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                     block_size: int = 64, causal: bool = True,
-                    attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+                    attention_mask: torch.Tensor | None = None, window: int | None = None) -> torch.Tensor:
     """Scaled dot-product attention, one tile of scores at a time, with an online softmax.
 
     Equal, up to rounding, to ``torch.nn.functional.scaled_dot_product_attention(queries, keys,
@@ -56,6 +59,10 @@ def tiled_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
             key and 0 for padding, hidden from every query. A query left with no key to see (a
             padded one, at the start of a left-padded sequence) gets an output of 0 and gradients of
             0, as ``scaled_dot_product_attention`` gives it.
+        window: ``None``, or a sliding window under the causal mask: query ``i`` sees key ``j`` when
+            ``0 <= i - j < window``, and the tiles wholly outside the window are skipped. Equal to
+            ``scaled_dot_product_attention`` with that mask (:func:`~mha_course.causal_mask` with
+            ``window``), gradients included.
 
     Returns:
         ``(batch, num_heads, num_tokens, value_dim)``.
@@ -68,31 +75,44 @@ def tiled_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
         (torch.Size([2, 4, 10, 8]), True)
     """
     block_size = validate_tiled_arguments(queries, keys, values, block_size, causal)
+    window = validate_window(window)
+    if window is not None and not causal:
+        raise ValueError(f"window={window} needs causal=True: the sliding window is a band under the causal "
+                         "mask, key j visible from query i when 0 <= i - j < window.")
     real = None if attention_mask is None else validate_attention_mask(
         attention_mask, queries.shape[0], queries.shape[2], queries.device)  # (B, T), True: real
     if queries.shape[2] == 0:  # no tokens: an empty result, as the other modules give
         return values.clone()
-    return TiledAttention.apply(queries, keys, values, block_size, causal, real)
+    return TiledAttention.apply(queries, keys, values, block_size, causal, real, window)
 
 
-def key_starts(q_start: int, q_stop: int, num_tokens: int, block_size: int, causal: bool) -> range:
+def key_starts(q_start: int, q_stop: int, num_tokens: int, block_size: int, causal: bool,
+               window: int | None = None) -> range:
     """Where the blocks of keys start that the queries ``q_start:q_stop`` meet: under the causal mask
-    none after the block's last query (those tiles are skipped), otherwise every block.
+    none after the block's last query, with a window none wholly before the first query's window
+    (those tiles are skipped), otherwise every block.
 
     Example:
         >>> list(key_starts(4, 8, 10, 4, causal=True)), list(key_starts(4, 8, 10, 4, causal=False))
         ([0, 4], [0, 4, 8])
+        >>> list(key_starts(8, 12, 12, 2, causal=True, window=3))  # keys 6 to 11, in blocks of 2
+        [6, 8, 10]
     """
-    return range(0, q_stop if causal else num_tokens, block_size)
+    first = 0  # with a window, the block of the first query's oldest key
+    if window is not None:
+        first = max(0, q_start - window + 1) // block_size * block_size
+    return range(first, q_stop if causal else num_tokens, block_size)
 
 
 def tile_scores(q: torch.Tensor, keys: torch.Tensor, q_start: int,
                 k_start: int, block_size: int, causal: bool,
-                real: torch.Tensor | None = None) -> torch.Tensor:
+                real: torch.Tensor | None = None,
+                window: int | None = None) -> torch.Tensor:
     """One tile of scaled scores, ``(B, h, T_q, T_k)``: the queries ``q``
     (from position ``q_start``) against the block of ``keys`` from
-    ``k_start``, with ``-inf`` where a key comes after its query, or is
-    padding (``real``, ``(B, T)``, ``False``).
+    ``k_start``, with ``-inf`` where a key comes after its query, lies
+    ``window`` or more positions before it, or is padding (``real``,
+    ``(B, T)``, ``False``).
 
     Example:
         >>> q, k = torch.ones(1, 1, 2, 4), torch.ones(1, 1, 6, 4)
@@ -102,10 +122,13 @@ def tile_scores(q: torch.Tensor, keys: torch.Tensor, q_start: int,
     """
     k = keys[:, :, k_start:k_start + block_size]  # (B, h, T_k, d_h)
     scores = (q @ k.transpose(2, 3)) * q.shape[-1] ** -0.5  # (B, h, T_q, T_k)
+    rows = torch.arange(q_start, q_start + q.shape[2], device=q.device)[:, None]
+    cols = torch.arange(k_start, k_start + k.shape[2], device=q.device)
     if causal and k_start + k.shape[2] - 1 > q_start:  # the diagonal cuts it
-        rows = torch.arange(q_start, q_start + q.shape[2], device=q.device)
-        cols = torch.arange(k_start, k_start + k.shape[2], device=q.device)
-        scores = scores.masked_fill(cols > rows[:, None], -torch.inf)
+        scores = scores.masked_fill(cols > rows, -torch.inf)
+    if window is not None and q_start + q.shape[2] - 1 - k_start >= window:
+        too_old = rows - cols >= window  # the window's edge cuts the tile
+        scores = scores.masked_fill(too_old, -torch.inf)
     if real is not None:  # padded keys: hidden from every query
         padded = ~real[:, None, None, k_start:k_start + k.shape[2]]  # B,1,1,T_k
         scores = scores.masked_fill(padded, -torch.inf)
@@ -118,13 +141,13 @@ class TiledAttention(torch.autograd.Function):
     The forward pass saves the inputs, the output ``O`` and one log-sum-exp per query row,
     ``L_i = m_i + log(l_i)``; the backward recomputes each tile's probabilities
     ``P = exp(S - L)`` from them instead of keeping every tile's intermediates, and skips the same
-    causal tiles. A row that sees no key gets ``O = 0`` and ``L = +inf``, so that its ``P`` is 0
+    causal tiles and those outside the window. A row that sees no key gets ``O = 0`` and ``L = +inf``, so that its ``P`` is 0
     (FlashAttention-2's rule). Both passes loop over blocks of queries outside and blocks of keys
     inside. Call it through :func:`tiled_attention`, which checks the arguments.
     """
 
     @staticmethod
-    def forward(ctx, queries, keys, values, block_size, causal, real):
+    def forward(ctx, queries, keys, values, block_size, causal, real, window):
         dtype = score_dtype(queries.dtype)  # float32 for half precision
         q_all, k_all, v_all = (t.to(dtype) for t in (queries, keys, values))
         batch, heads, num_tokens, _ = queries.shape
@@ -137,9 +160,9 @@ class TiledAttention(torch.autograd.Function):
             row_sum = q.new_zeros(*q.shape[:-1], 1)  # (B, h, T_b, 1)
             acc = q.new_zeros(*q.shape[:-1], values.shape[-1])  # (B, h, T_b, d_v)
             for k_start in key_starts(q_start, q_start + q.shape[2], num_tokens,
-                                      block_size, causal):  # one tile
+                                      block_size, causal, window):  # one tile
                 scores = tile_scores(q, k_all, q_start, k_start, block_size,
-                                     causal, real)
+                                     causal, real, window)
                 v = v_all[:, :, k_start:k_start + block_size]  # (B, h, T_b, d_v)
                 new_max = torch.maximum(row_max, scores.amax(-1, keepdim=True))
                 # A row masked whole so far keeps max -inf: subtract 0 there,
@@ -157,6 +180,7 @@ class TiledAttention(torch.autograd.Function):
                 empty, torch.inf)  # log sum_j e^s_ij
         ctx.save_for_backward(queries, keys, values, out, lse)
         ctx.block_size, ctx.causal, ctx.real = block_size, causal, real
+        ctx.window = window
         return out
 
     @staticmethod
@@ -164,6 +188,7 @@ class TiledAttention(torch.autograd.Function):
     def backward(ctx, grad_out):
         queries, keys, values, out, lse = ctx.saved_tensors
         block_size, causal, real = ctx.block_size, ctx.causal, ctx.real
+        window = ctx.window
         num_tokens = queries.shape[2]
         q_all, k_all, v_all, d_out = (t.to(lse.dtype)
                                       for t in (queries, keys, values, grad_out))
@@ -175,10 +200,10 @@ class TiledAttention(torch.autograd.Function):
             rows = slice(q_start, q_start + block_size)
             q, do = q_all[:, :, rows], d_out[:, :, rows]  # (B, h, T_b, d_h|d_v)
             for k_start in key_starts(q_start, q_start + q.shape[2], num_tokens,
-                                      block_size, causal):  # the same tiles
+                                      block_size, causal, window):  # the same tiles
                 cols = slice(k_start, k_start + block_size)
                 scores = tile_scores(q, k_all, q_start, k_start, block_size,
-                                     causal, real)
+                                     causal, real, window)
                 p = torch.exp(scores - lse[:, :, rows])  # P recomputed from L
                 dv[:, :, cols] += p.transpose(2, 3) @ do  # dV = P^T dO
                 dp = do @ v_all[:, :, cols].transpose(2, 3)  # dP = dO V^T
@@ -186,32 +211,50 @@ class TiledAttention(torch.autograd.Function):
                 dq[:, :, rows] += ds @ k_all[:, :, cols]  # dQ = dS K
                 dk[:, :, cols] += ds.transpose(2, 3) @ q  # dK = dS^T Q
         return (dq.to(queries.dtype), dk.to(keys.dtype), dv.to(values.dtype),
-                None, None, None)
+                None, None, None, None)
 
 
 #: What the causal loop does with a tile (see :func:`tile_kind`).
 COMPUTED, CUT, SKIPPED = "computed", "cut", "skipped"
 
 
-def tile_kind(q_start: int, k_start: int, block_size: int, num_tokens: int) -> str:
+def tile_kind(q_start: int, k_start: int, block_size: int, num_tokens: int, window: int | None = None) -> str:
     """What the causal loop does with the tile of queries and keys starting at ``q_start`` and ``k_start``.
 
-    ``"skipped"``: every key comes after every query of the tile, so every score would be masked
-    and the loop never computes it; ``"cut"``: the diagonal runs through the tile, which is
-    computed and then masked where a key comes after its query; ``"computed"``: every key is at
-    or before every query, nothing to mask. Tiles hold ``block_size`` positions, fewer at the end.
+    ``"skipped"``: every key comes after every query of the tile, or (with a ``window``) lies
+    ``window`` or more positions before every query, so every score would be masked and the loop
+    never computes it; ``"cut"``: the diagonal or the window's edge runs through the tile, which is
+    computed and then masked where a key is hidden; ``"computed"``: every key is visible from every
+    query, nothing to mask. Tiles hold ``block_size`` positions, fewer at the end.
 
     Example:
         >>> [tile_kind(4, k, 4, 10) for k in (0, 4, 8)]
         ['computed', 'cut', 'skipped']
         >>> tile_kind(3, 3, 1, 10)  # a 1 x 1 tile on the diagonal: a token sees itself
         'computed'
+        >>> [tile_kind(8, k, 2, 12, window=3) for k in (4, 6, 8)]  # queries 8, 9 see keys 6 to 9
+        ['skipped', 'cut', 'cut']
     """
     last_row = min(q_start + block_size, num_tokens) - 1
     last_col = min(k_start + block_size, num_tokens) - 1
-    if k_start > last_row:
+    if k_start > last_row or (window is not None and q_start - last_col >= window):
         return SKIPPED
-    return CUT if last_col > q_start else COMPUTED
+    too_old = window is not None and last_row - k_start >= window
+    return CUT if last_col > q_start or too_old else COMPUTED
+
+
+def tile_counts(num_tokens: int, block_size: int, window: int | None = None) -> dict[str, int]:
+    """How many tiles of the causal loop are computed whole, cut, and skipped: :func:`tile_kind` of each.
+
+    Example:
+        >>> tile_counts(16, 4), tile_counts(16, 4, window=4)
+        ({'computed': 6, 'cut': 4, 'skipped': 6}, {'computed': 0, 'cut': 7, 'skipped': 9})
+    """
+    counts = dict.fromkeys((COMPUTED, CUT, SKIPPED), 0)
+    for q_start in range(0, num_tokens, block_size):
+        for k_start in range(0, num_tokens, block_size):
+            counts[tile_kind(q_start, k_start, block_size, num_tokens, window)] += 1
+    return counts
 
 
 def validate_tiled_arguments(queries, keys, values, block_size, causal) -> int:

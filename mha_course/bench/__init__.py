@@ -33,7 +33,9 @@ The package, one concern per module:
   cached tokens.
 * :mod:`~mha_course.bench.deltanet` - ``bench --deltanet`` (chapter 12): a prompt through the gated
   delta rule (chunked and recurrent) and softmax attention up to 16k tokens, and one decoded token
-  with a key/value cache against Gated DeltaNet's fixed state.
+  with a key/value cache against Gated DeltaNet's fixed state;
+* :mod:`~mha_course.bench.window` - ``bench --window`` (chapter 11): time and peak memory of attention
+  under a sliding window, the tiled loop against the fused kernel given the mask, at 8k and 16k tokens.
 
 The implementations themselves, and how to add one, are in :mod:`mha_course.implementations`.
 Importing this package, and reading results, works on any operating system.
@@ -54,7 +56,7 @@ from .machine import MachineState, cache_sizes, matmul_ceiling, stability_warnin
 from .latent import (LATENT_CONFIGS, LATENT_IMPLEMENTATIONS, LatentSettings, latent_rows, latent_summary,
                      latent_table, run_latent_benchmark)
 from .plots import (plot_decode, plot_deltanet, plot_heads_map, plot_latent, plot_relative_times, plot_results,
-                    plot_tiled)
+                    plot_tiled, plot_window)
 from .results import (BASELINES, FORMAT_VERSION, add_ratios, compare_times, load_results, lookup, results_table,
                       select, summary)
 from .run import run_benchmark
@@ -64,6 +66,8 @@ from .sizes import (ALL_CONFIGS, ALL_DECODE_CONFIGS, ALL_HEADS_MAP_CONFIGS, CONF
 from .steps import MODE_LABELS, MODES, build_for, make_step
 from .tiled import (TILED_CONFIGS, TILED_IMPLEMENTATIONS, TiledSettings, run_tiled_benchmark, tiled_rows,
                     tiled_summary, tiled_table)
+from .window import (WINDOW_CONFIGS, WINDOWS, WindowSettings, run_window_benchmark, window_rows, window_summary,
+                     window_table)
 
 __all__ = [
     "IMPLEMENTATIONS", "Implementation", "build_implementations", "build_for", "make_step", "MODES", "MODE_LABELS",
@@ -83,4 +87,6 @@ __all__ = [
     "latent_table", "latent_summary", "plot_latent",
     "DeltaNetSettings", "DELTANET_CONFIGS", "run_deltanet_benchmark", "deltanet_rows", "deltanet_tables",
     "deltanet_summary", "crossing", "plot_deltanet",
+    "WindowSettings", "WINDOW_CONFIGS", "WINDOWS", "run_window_benchmark", "window_rows", "window_table",
+    "window_summary", "plot_window",
 ]

@@ -28,7 +28,7 @@ from ..data import random_batch
 from .sizes import BenchConfig
 from .steps import MODES, build_for, make_step
 from .deltanet_steps import prompt_calls
-from .tiled_steps import tiled_calls
+from .tiled_steps import tiled_calls, window_calls
 
 # ru_maxrss is in kilobytes on Linux and in bytes on macOS.
 _MAXRSS_SCALE = 1 if sys.platform == "darwin" else 1024
@@ -153,6 +153,17 @@ def deltanet_memory_child(config: BenchConfig, name: str, mode: str, threads: in
     return first_call_peak(lambda: step())
 
 
+def window_memory_child(config: BenchConfig, name: str, mode: str, threads: int, calls: int, block_size: int,
+                        window: int | None) -> dict:
+    """Runs in a fresh child process of the memory server: the peak memory of one call of ``name``
+    under ``window`` (``bench --window``)."""
+    torch.set_num_threads(threads)
+    tiny = BenchConfig("warm-up", 1, 2 * block_size, 8, 1, 8, "")
+    window_calls(tiny, block_size, None if window is None else min(window, block_size), mode=mode)[name]()
+    step = window_calls(config, block_size, window, mode=mode)[name]
+    return first_call_peak(lambda: step())
+
+
 def _child_for(request: dict):
     """The function that measures ``request`` (the ``benchmark`` key, if any, is taken out)."""
     benchmark = request.pop("benchmark", None)
@@ -160,6 +171,8 @@ def _child_for(request: dict):
         return tiled_memory_child
     if benchmark == "deltanet":
         return deltanet_memory_child
+    if benchmark == "window":
+        return window_memory_child
     return _cpu_memory_child
 
 

@@ -1,7 +1,8 @@
 """The benchmark's figures: bar charts of one metric per (mode, size), times relative to one
 implementation with a panel per size (chapter 4), the time per generated token with and
 without a key/value cache (chapter 6), peak memory and time with and without the score matrix
-(chapter 7), and the map of batched over stacked time across sequence
+(chapter 7), the time and memory of attention under a sliding window (chapter 11), and the map of
+batched over stacked time across sequence
 lengths and numbers of heads (chapter 3).
 
 Every figure is drawn in the book's house style (:func:`mha_course.plots.house_style`), at most the
@@ -415,6 +416,58 @@ def plot_deltanet(results: dict):
     return fig
 
 
+def plot_window(results: dict):
+    """Median time (left) and peak memory (right) of one call against the window, for the tiled loop
+    and the fused kernel given the window's mask, at each length of a window run (forward pass;
+    log-log). The causal mask alone is drawn at its length, where the window covers everything.
+
+    Example:
+        >>> rows = [{"mode": "window", "num_tokens": t, "window": w, "implementation": n,
+        ...          "median_s": 1e-3 * (w or t) / t * (1 if n == "tiled" else 3), "peak_bytes": 2**20 * t}
+        ...         for t in (64, 128) for w in (8, 32, None) for n in ("tiled", "sdpa")]
+        >>> plot_window({"rows": rows}).axes[0].get_legend_handles_labels()[1]
+        ['tiled loop, T = 64', 'tiled loop, T = 128', 'SDPA with the mask, T = 64', 'SDPA with the mask, T = 128']
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    from ..plots import OKABE_ITO, book_figsize, house_style
+    from ..tables import format_bytes
+    from .tiled_steps import WINDOW_IMPLEMENTATIONS, WINDOW_MODE
+    from .window import window_rows
+
+    rows = window_rows(results, WINDOW_MODE)
+    lengths = sorted({r["num_tokens"] for r in rows})
+    labels = {"tiled": "tiled loop", "sdpa": "SDPA with the mask"}
+    markers = ("s", "o", "^", "D")
+    with house_style():
+        fig, (time, memory) = plt.subplots(1, 2, figsize=book_figsize(1.0, aspect=0.5), layout="constrained")
+        has_memory = all("peak_bytes" in r for r in rows)
+        for index, name in enumerate(WINDOW_IMPLEMENTATIONS):
+            for k, t in enumerate(lengths):
+                mine = [r for r in rows if r["implementation"] == name and r["num_tokens"] == t]
+                windows = [r["window"] or t for r in mine]
+                style = dict(color=OKABE_ITO[index], marker=markers[k % len(markers)],
+                             linestyle=("-", "--", ":", "-.")[k % 4], lw=1.8, label=f"{labels[name]}, T = {t}")
+                time.plot(windows, [r["median_s"] * 1e3 for r in mine], **style)
+                if has_memory:
+                    memory.plot(windows, [max(r["peak_bytes"], 1) for r in mine], **style)
+        ticks = sorted({r["window"] or r["num_tokens"] for r in rows})
+        for ax, ylabel in ((time, "median time (ms)"), (memory, "peak memory of one call")):
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log", base=10 if ax is time else 4)  # bytes: a tick every factor of 4
+            ax.set_xticks(ticks, [f"{w // 1024}k" if w >= 1024 else str(w) for w in ticks])
+            ax.minorticks_off()
+            ax.set_xlabel("window (T: the causal mask alone)")
+            ax.set_ylabel(ylabel)
+            ax.grid(True, which="major", alpha=0.3)
+        time.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        memory.yaxis.set_major_formatter(FuncFormatter(lambda value, _: format_bytes(value)))
+        handles, names = time.get_legend_handles_labels()
+        fig.legend(handles, names, loc="outside lower center", ncol=2, frameon=False)
+    return fig
+
+
 def _save(figure, path) -> Path:
     import matplotlib.pyplot as plt
 
@@ -454,3 +507,8 @@ def save_latent_plot(results: dict, path) -> Path:
 def save_deltanet_plot(results: dict, path) -> Path:
     """Draw :func:`plot_deltanet`, save it as ``path`` (PNG) and close it; return the path."""
     return _save(plot_deltanet(results), path)
+
+
+def save_window_plot(results: dict, path) -> Path:
+    """Draw :func:`plot_window`, save it as ``path`` (PNG) and close it; return the path."""
+    return _save(plot_window(results), path)

@@ -71,6 +71,10 @@ GROUPED_CSV_FIELDS = ["config", "implementation", "mode", "num_tokens", "num_cac
                       "median_s", "iqr_s", "runs", "vs_reference", "multiply_adds", "flops_per_s", "ceiling_fraction",
                       "max_abs_diff"]
 
+#: The CSV columns of a window run (``bench --window``, ``meta.benchmark == "window"``).
+WINDOW_CSV_FIELDS = ["config", "implementation", "mode", "num_tokens", "window", "median_s", "iqr_s", "runs",
+                     "vs_full", "visible", "tiles", "peak_bytes", "max_abs_diff"]
+
 #: The CSV columns of a latent run (``bench --latent``, ``meta.benchmark == "latent"``).
 LATENT_CSV_FIELDS = ["config", "implementation", "mode", "num_tokens", "median_s", "iqr_s", "runs", "vs_grouped_query",
                      "cache_bytes", "multiply_adds", "flops_per_s", "ceiling_fraction", "max_abs_diff"]

@@ -123,22 +123,27 @@ def tiled_calls(config: BenchConfig, block_size: int, device="cpu", seed: int = 
         raise ValueError(f"mode must be {TILED_MODE!r} or {TRAINING_MODE!r}, got {mode!r}.")
     q, k, v = tiled_inputs(config, device, seed)
     functions = tiled_functions(block_size)
+    if mode == TILED_MODE:
+        return {name: forward_call(functions[name], q, k, v) for name in TILED_IMPLEMENTATIONS}
     upstream = tiled_inputs(config, device, seed + 1)[0]  # the gradient of the output
+    return {name: training_call(functions[name], q, k, v, upstream) for name in TILED_IMPLEMENTATIONS}
 
-    def no_grad(fn):
-        def call():
-            with torch.no_grad():
-                return fn(q, k, v)
-        return call
 
-    def training(fn):
-        def call():
-            leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-            return torch.stack(torch.autograd.grad(fn(*leaves), leaves, upstream))  # (3, B, h, T, d_h)
-        return call
+def forward_call(fn, q, k, v):
+    """A call of ``fn(q, k, v)`` under ``torch.no_grad``: inference."""
+    def call():
+        with torch.no_grad():
+            return fn(q, k, v)
+    return call
 
-    wrap = no_grad if mode == TILED_MODE else training
-    return {name: wrap(functions[name]) for name in TILED_IMPLEMENTATIONS}
+
+def training_call(fn, q, k, v, upstream):
+    """A call of ``fn`` and its backward from the output's gradient ``upstream``: the gradients of
+    ``q``, ``k`` and ``v`` stacked, ``(3, B, h, T, d_h)``."""
+    def call():
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        return torch.stack(torch.autograd.grad(fn(*leaves), leaves, upstream))
+    return call
 
 
 def tiled_saved_bytes(config: BenchConfig, block_size: int, device="cpu", seed: int = 1) -> dict:
@@ -153,3 +158,46 @@ def tiled_saved_bytes(config: BenchConfig, block_size: int, device="cpu", seed: 
     functions = tiled_functions(block_size)
     leaves = [t.requires_grad_() for t in (q, k, v)]
     return {name: saved_tensor_bytes(lambda fn=functions[name]: fn(*leaves)) for name in TILED_IMPLEMENTATIONS}
+
+
+#: The two modes of a window run: forward only, and forward with backward.
+WINDOW_MODE, WINDOW_TRAINING_MODE = "window", "window-training"
+
+#: The two ways of attending through a sliding window that ``bench --window`` compares, by name.
+WINDOW_IMPLEMENTATIONS = {
+    "tiled": "tiled_attention(window=W): the loop skips every tile wholly outside the window",
+    "sdpa": "scaled_dot_product_attention with the window's mask (is_causal=True without a window)",
+}
+
+
+def window_functions(block_size: int, window: int | None) -> dict:
+    """Name -> ``f(queries, keys, values)``: attention under the causal mask and a sliding ``window``
+    (``None``: the causal mask alone), by the tiled loop and by the fused kernel given the mask."""
+    def sdpa(q, k, v):
+        if window is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        visible = ~causal_mask(q.shape[2], device=q.device, window=window)  # (T, T), built in the call
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=visible)
+
+    return {"tiled": lambda q, k, v: tiled_attention(q, k, v, block_size=block_size, window=window), "sdpa": sdpa}
+
+
+def window_calls(config: BenchConfig, block_size: int, window: int | None, device="cpu", seed: int = 1,
+                 mode: str = WINDOW_MODE) -> dict:
+    """Name -> a no-argument callable: attention under ``window`` that way, forward (``WINDOW_MODE``)
+    or forward and backward (``WINDOW_TRAINING_MODE``, returning the stacked gradients), as
+    :func:`tiled_calls` builds them.
+
+    Example:
+        >>> calls = window_calls(BenchConfig("tiny", 1, 16, 16, 2, 8, ""), block_size=4, window=5)
+        >>> torch.allclose(calls["tiled"](), calls["sdpa"](), atol=1e-5), list(calls)
+        (True, ['tiled', 'sdpa'])
+    """
+    if mode not in (WINDOW_MODE, WINDOW_TRAINING_MODE):
+        raise ValueError(f"mode must be {WINDOW_MODE!r} or {WINDOW_TRAINING_MODE!r}, got {mode!r}.")
+    q, k, v = tiled_inputs(config, device, seed)
+    functions = window_functions(block_size, window)
+    if mode == WINDOW_MODE:
+        return {name: forward_call(f, q, k, v) for name, f in functions.items()}
+    upstream = tiled_inputs(config, device, seed + 1)[0]  # the gradient of the output
+    return {name: training_call(f, q, k, v, upstream) for name, f in functions.items()}

@@ -31,7 +31,8 @@ MODELING = "transformers.models.deepseek_v3.modeling_deepseek_v3"
 SUPPORTED_DEEPSEEK_ROPE_TYPES = ("default", "yarn")
 
 
-def _rotation(config) -> tuple[float, torch.Tensor, float, float]:
+def deepseek_rotation(config, modeling: str = MODELING,
+              rotary_class: str = "DeepseekV3RotaryEmbedding") -> tuple[float, torch.Tensor, float, float]:
     """``rope_theta``, the frequencies, transformers' scale of cos and sin, and the scores' scale."""
     parameters = config.rope_parameters or {}
     rope_type = parameters.get("rope_type", "default")
@@ -40,7 +41,7 @@ def _rotation(config) -> tuple[float, torch.Tensor, float, float]:
                           "'default' and 'yarn', whose frequencies are fixed; others change them with the "
                           "sequence's length. Build the config with rope_parameters={'rope_type': 'yarn', ...} "
                           "or 'default'.")
-    rotary = transformers_class(MODELING, "DeepseekV3RotaryEmbedding")(config)
+    rotary = transformers_class(modeling, rotary_class)(config)
     scale = config.qk_head_dim**-0.5
     if rope_type == "yarn":
         scale = yarn_softmax_scale(config.qk_head_dim, parameters["factor"], parameters.get("mscale_all_dim", 0))
@@ -96,15 +97,26 @@ def from_deepseek_v3_attention(attention, context_length: int | None = None) -> 
                           "expands every head's own key and value from the latent, so transformers' layer "
                           f"runs only with as many key/value heads as heads. Build the config with "
                           f"num_key_value_heads={h}.")
-    rope_theta, inv_freq, scaling, softmax_scale = _rotation(config)
-    weight = attention.kv_b_proj.weight
+    rope_theta, inv_freq, scaling, softmax_scale = deepseek_rotation(config)
     mla = MultiHeadLatentAttention(
         config.hidden_size, config.max_position_embeddings if context_length is None else context_length,
         config.attention_dropout or 0.0, h, rank, nope, rope, v, q_lora_rank=config.q_lora_rank,
         bias=config.attention_bias, rope_theta=rope_theta, softmax_scale=softmax_scale)
+    return copy_latent_weights(mla, attention, inv_freq, interleave=bool(config.rope_interleave), scaling=scaling)
+
+
+@torch.no_grad()
+def copy_latent_weights(mla: MultiHeadLatentAttention, attention, inv_freq: torch.Tensor, interleave: bool,
+                        scaling: float) -> MultiHeadLatentAttention:
+    """Copy a DeepSeek attention layer's weights into ``mla`` (moved to the layer's device and dtype):
+    its latent attention's, those DeepSeek-V3 and V3.2 share."""
+    config = attention.config
+    h, rank = config.num_attention_heads, config.kv_lora_rank
+    nope, rope, v = config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim
+    weight = attention.kv_b_proj.weight
     mla.rotary.inv_freq.copy_(inv_freq)  # float32 in any dtype, as transformers'
     mla = mla.to(device=weight.device, dtype=weight.dtype)
-    turn = dict(interleave=bool(config.rope_interleave), scaling=scaling)
+    turn = dict(interleave=interleave, scaling=scaling)
     if config.q_lora_rank is None:
         mla.W_query.weight.copy_(_rotated_rows(attention.q_proj.weight, nope + rope, rope, **turn))
     else:

@@ -16,6 +16,7 @@ The package, one concern per module; import any name from here:
   work, the growth of the key/value cache, and the caches of today's models;
 * :mod:`~mha_course.plots.tiles` - the tiles of the causal score matrix: computed, cut, skipped;
 * :mod:`~mha_course.plots.positions` - the rotary position embedding;
+* :mod:`~mha_course.plots.windows` - the sliding window's mask and the ring of its cache;
 * :mod:`~mha_course.plots.state` - the state of the gated delta rule being written and read.
 """
 
@@ -24,6 +25,7 @@ from .costs import (plot_attention_share, plot_bills_by_heads, plot_cost_regimes
                     plot_todays_caches)
 from .diagrams import plot_head_flow, plot_head_reshape, plot_kv_sharing
 from .tiles import plot_tiles
+from .windows import plot_ring_cache, plot_window_mask
 from .positions import plot_rotation
 from .state import plot_state_updates
 from .style import (BOOK_COLUMN_PX, COLUMN_WIDTH, DASHES, FIGURE_DPI, GREY_CMAP, HEAD_PALETTE, HOUSE_STYLE,
@@ -33,7 +35,7 @@ from .style import (BOOK_COLUMN_PX, COLUMN_WIDTH, DASHES, FIGURE_DPI, GREY_CMAP,
 __all__ = [
     "plot_visibility", "plot_attention", "plot_head_flow", "plot_head_reshape", "plot_kv_sharing",
     "plot_cost_regimes", "plot_bills_by_heads", "plot_attention_share", "plot_kv_cache_growth", "plot_tiles", "plot_rotation",
-    "plot_todays_caches",
+    "plot_todays_caches", "plot_window_mask", "plot_ring_cache",
     "plot_state_updates",
     "house_style", "book_figsize", "figure_text_sizes", "line_style", "HOUSE_STYLE", "BOOK_COLUMN_PX",
     "COLUMN_WIDTH", "FIGURE_DPI", "MIN_TEXT_PX", "SMALLEST_PT", "OKABE_ITO", "HEAD_PALETTE", "MARKERS",

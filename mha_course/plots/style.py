@@ -145,7 +145,9 @@ def line_style(index: int) -> dict:
         >>> line_style(1)
         {'color': '#E69F00', 'marker': 's', 'linestyle': '--'}
     """
-    return {"color": OKABE_ITO[index % len(OKABE_ITO)], "marker": MARKERS[index % len(MARKERS)],
+    # past the seventh line the markers shift by one a round, so no two lines repeat all three
+    marker = MARKERS[(index + index // len(MARKERS)) % len(MARKERS)]
+    return {"color": OKABE_ITO[index % len(OKABE_ITO)], "marker": marker,
             "linestyle": DASHES[index % len(DASHES)]}
 
 
