@@ -302,7 +302,7 @@ def _words(text: str) -> str:
 
 #: Chapters that still show an exercise's answer in prose after its check: known, listed so that the
 #: test below fails (strict) the day one of them is fixed and stays on the list.
-ANSWER_IN_PROSE = {9, 10}
+ANSWER_IN_PROSE: set[int] = set()
 
 
 @pytest.mark.skipif(not CHAPTERS, reason="no chapter notebook has exercises yet")
