@@ -57,7 +57,7 @@ class GroupedQueryAttention(nn.Module):
             convention), and a :class:`KVCache` keeps only the last ``window - 1`` positions.
         sinks: ``False`` (the default), or ``True`` for gpt-oss's attention sinks (chapter 11):
             one learned logit per head, ``self.sinks``, a column of the softmax that takes
-            probability and gives no value (:func:`~mha_course.attention.sinks.softmax_with_sinks`).
+            probability and gives no value (:func:`~mha_course.softmax_with_sinks`).
         out_width: the width the output projection maps the merged heads to, ``d_out`` by default.
             Production models whose heads together are wider or narrower than the model (gpt-oss:
             64 heads of 64 in a width of 2880) pass their width here.

@@ -22,7 +22,7 @@ def causal_mask(num_tokens: int, device: torch.device | str | None = None, start
     positions back: key ``p`` is visible from query ``q`` when ``0 <= q - p < window``, itself and
     the ``window - 1`` positions before it (transformers' convention). The columns that no row
     sees are left out: the mask starts at position ``max(0, start - window + 1)``, and holds the
-    columns of the positions a window's cache keeps (:meth:`KVCache.slide`) and of the new tokens.
+    columns of the positions a window's cache keeps (:meth:`~mha_course.KVCache.slide`) and of the new tokens.
 
     Args:
         num_tokens: how many queries, a non-negative integer (0 gives an empty mask).

@@ -30,7 +30,7 @@ def from_deepseek_v32_attention(attention, context_length: int | None = None) ->
     position_ids)``'s cos and sin and the causal mask (with padding), for the rope types ``"default"``
     and ``"yarn"``: the same keys chosen by the indexer, the same outputs; its cache holds what
     transformers' holds (the latent, the rotated key and the indexer's key). Where several keys tie at
-    the top-k boundary (few index heads, :func:`~mha_course.attention.sparse.zero_ties`), the two may
+    the top-k boundary (few index heads, ``zero_ties`` in ``mha_course.attention.sparse``), the two may
     choose differently. Device, dtype and training mode are ``attention``'s; the weights are copies.
 
     Args:
