@@ -63,8 +63,8 @@ class CausalAttention(nn.Module):
         # are zeroed and the rest scaled up by 1 / (1 - p); in eval mode it
         # does nothing.
         self.dropout = nn.Dropout(args.dropout)
-        # self.mask: a (context_length, context_length) buffer, True above
-        # the diagonal, where a position must not look (a future token).
+        # self.mask: True above the diagonal, where a position must not look
+        # (a future token); side min(context_length, 1024), grown on demand.
         register_causal_mask(self, self.context_length)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
