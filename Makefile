@@ -72,7 +72,7 @@ test: $(STAMP)
 	done
 	$(BIN)/ruff check .
 	MHA_COURSE_BOOK_EXECUTE=off $(BIN)/jupyter-book build . -W -n --keep-going
-	MHA_COURSE_REQUIRE_BOOK=1 $(BIN)/python -m pytest -n 2 --dist loadgroup --no-loadscope-reorder
+	MHA_COURSE_REQUIRE_BOOK=1 $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 # The linter, then the package's unit, property and doc tests: no Jupyter kernel, no book build, no browser (the
 # tests marked kernel, book, browser or sweep are left to make test). About two minutes on two workers. CI runs it on Linux,
