@@ -4,8 +4,8 @@ The tests come in tiers, by marker (pyproject.toml): ``kernel`` (they start Jupy
 the chapters under nbval, whose cells are marked here), ``book`` (they write the student edition of every
 chapter, as a book build does), ``browser`` (they drive chromium over the built book) and ``sweep`` (the
 checks over many fixed seeds) are left out of ``make check`` and run by ``make test``, which starts them first: they take longest.
-Under ``make test`` (pytest-xdist's ``loadgroup``) a file's tests run in one worker, and so do all the
-browser tests, which open each page of the book once per worker.
+Under ``make test`` (pytest-xdist's ``loadfile``) a file's tests run in one worker: a chapter's cells share
+one kernel.
 
 pytest imports every module of the package to run its docstring examples. The benchmark's memory
 probe, ``mha_course/bench/memory.py``, imports the POSIX-only ``resource`` module and is imported by
@@ -30,19 +30,15 @@ CHAPTER_CPU_CAPABILITY = "default"
 
 
 def pytest_itemcollected(item):
-    """Mark the chapters' cells (nbval) ``kernel``, and each test with its pytest-xdist group: its file's, or
-    ``browser`` for all the browser tests."""
+    """Mark the chapters' cells (nbval) ``kernel``."""
     if type(item).__name__ == "IPyNbCell":
         item.add_marker(pytest.mark.kernel)
-    if item.config.pluginmanager.hasplugin("xdist"):  # not under make test-each's -p no:xdist
-        group = "browser" if item.get_closest_marker("browser") else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items):
     """The tests marked ``kernel``, ``book``, ``browser`` or ``sweep`` first, in their files' order: pytest-xdist hands out
-    the groups in this order when told ``--no-loadscope-reorder``."""
+    the files in this order when told ``--no-loadscope-reorder``."""
     items.sort(key=lambda item: not any(item.get_closest_marker(tier) for tier in ("kernel", "book", "browser", "sweep")))
 
 
