@@ -133,6 +133,8 @@ def graded(tmp_path_factory):
     write_notebook(submissions / "heidi" / "01_one_causal_head.ipynb", [*carol(), "# chapter 2, saved as 1"])
     (submissions / "ivan").mkdir()
     shutil.copy(ROOT / "book" / "01_one_causal_head.ipynb", submissions / "ivan")
+    (folder / "book").mkdir()  # the book, found from the folder the grader runs in (its own copy has none)
+    shutil.copy(ROOT / "book" / "01_one_causal_head.ipynb", folder / "book")
     bundle = folder / "autograder.zip"
     assert main(["autograder", "--out", str(bundle), "--chapters", "1,2"]) == 0
     autograder = folder / "autograder"
@@ -249,7 +251,7 @@ def test_totals_have_a_row_per_student_and_feedback_a_file_per_student(graded):
     assert totals["carol"][:3] == ["2.6", "6", "2"] and totals["erin"][:3] == ["0", "6", "0"]
     assert totals["judy"][3] == "the same code as bob's 01_one_causal_head.ipynb" and totals["alice"][3] == ""
     assert sorted(graded.feedback) == STUDENTS
-    assert graded.feedback["carol"].startswith("carol: 2.6 of 6 points\n\n2.1 ")
+    assert graded.feedback["carol"].startswith("carol: 2.6 of 6 points\n\n1.1 build the causal mask: not submitted, 0 of 1\n")
     assert "2.3 the wrapper's parameter count: failed, 0.6 of 1\n    ✗ 2.3: with qkv_bias" in graded.feedback["carol"]
     assert "graded by mha_course" in graded.feedback["carol"] and "same code" not in graded.feedback["judy"]
 
@@ -412,3 +414,20 @@ def test_an_unreadable_notebook_takes_none_of_the_next_ones_time(tmp_path, monke
         NotebookReport(str(path)), None if path.name == "cut.ipynb" else Run()))
     reports = list(grader._one_after_another(None, [tmp_path / "cut.ipynb", tmp_path / "next.ipynb"], None, ()))
     assert [(Path(r.notebook).name, r.seconds) for r in reports] == [("cut.ipynb", 0.0), ("next.ipynb", 50.0)]
+
+
+def test_the_teaching_page_states_the_autograders_measured_size_and_memory():
+    # book/data/autograder.json is written by .ci/measure_autograder.py: setup.sh run in a fresh folder, then
+    # every chapter's book notebook graded as one submission by run_autograder.
+    data = json.loads((ROOT / "book" / "data" / "autograder.json").read_text(encoding="utf-8"))
+    text = " ".join((ROOT / "book" / "teaching.md").read_text(encoding="utf-8").split())
+    bundle, full, runs = data["bundle"], data["full_requirements"], data["submissions"]
+    assert all(run["all_passed"] for run in runs.values()) and len(runs) == len(list((ROOT / "book").glob("[0-9]*.ipynb")))
+    assert not {_name(package) for package in bundle["packages"]} & DEVELOPMENT_TOOLS
+    assert {_name(package) for package in full["packages"]} >= DEVELOPMENT_TOOLS - {"sphinx-book-theme"}
+    name, peak = max(runs.items(), key=lambda item: item[1]["peak_pss_mb"])
+    for phrase in (f"takes {bundle['disk_mb']:,} MB on disk ({len(bundle['packages'])} packages)",
+                   f"against {full['disk_mb']:,} MB ({len(full['packages'])} packages)",
+                   f"peaked at {peak['peak_pss_mb']:,} MB", f"(chapter {int(name[:2])}'s notebook",
+                   f"the largest single process {peak['peak_rss_largest_process_mb']:,} MB"):
+        assert phrase in text, phrase

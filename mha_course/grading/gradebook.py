@@ -15,8 +15,9 @@ grades each submission ``--in-container`` (``MHA_COURSE_AUTOGRADER_ROOT`` and ``
 >>> from mha_course.grading.report import score
 >>> report = NotebookReport("submitted/alice/01_mine.ipynb", [score("1.1", "failed", "✗ 1.1: ...", 4)])
 >>> rows = gradebook({"alice": [report]}, chapters=[1], partial=True)
->>> [(r.status, r.points, r.notes) for r in rows]
-[('failed', 0.5, '✗ 1.1: ...'), ('not submitted', 0, '✗ 1.2: not submitted: no notebook of chapter 1 was handed in'), ('not submitted', 0, '✗ 1.3: not submitted: no notebook of chapter 1 was handed in')]
+>>> for row in rows[:2]: print(row.status, row.points, row.notes, sep=" | ")
+failed | 0.5 | ✗ 1.1: ...
+not submitted | 0 | ✗ 1.2: not submitted: no notebook of chapter 1 was handed in
 >>> results([report], rows)["score"], results([report], rows)["tests"][0]["output"]
 (0.5, '✗ 1.1: ...')
 """
@@ -106,8 +107,8 @@ def gradebook(students: dict[str, list[NotebookReport]], chapters: list[int] | N
 def _code(path: Path) -> list[str] | None:
     """The sources of a notebook's code cells (None if it cannot be read)."""
     try:
-        cells = json.loads(path.read_bytes())["cells"]
-        return ["".join(c.get("source", "")).strip() for c in cells if c.get("cell_type") == "code"]
+        return ["".join(c.get("source", "")).strip() for c in json.loads(path.read_bytes())["cells"]
+                if c.get("cell_type") == "code"]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
