@@ -91,7 +91,7 @@ def gradebook(students: dict[str, list[NotebookReport]], chapters: list[int] | N
     rows, flags = [], flags or {}
     for student, reports in students.items():
         best: dict[str, GradebookRow] = {}
-        for report, e in [(report, e) for report in reports for e in report.exercises]:
+        for report, e in [(r, e) for r in reports for e in r.exercises]:
             row = GradebookRow(student, report.notebook, e.id, e.status,
                                1 if e.status == PASSED else (e.share or 0) if partial else 0, 1, e.checks_passed,
                                e.checks_total, _notes(report, e), "; ".join(flags.get(report.notebook, [])))
