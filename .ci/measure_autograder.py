@@ -121,7 +121,8 @@ def main() -> None:
             "full_requirements": {"disk_mb": round(disk_mb(full)), "packages": packages(full)},
             "submissions": chapters,
         }
-        OUT.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        for out in (OUT, ROOT / "mha_course" / "book_data" / OUT.name):  # the book's file and the package's copy
+            out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
         print(f"bundle {result['bundle']['disk_mb']} MB ({len(result['bundle']['packages'])} packages), full "
               f"{result['full_requirements']['disk_mb']} MB ({len(result['full_requirements']['packages'])}); "
               f"peak PSS {max(c['peak_pss_mb'] for c in chapters.values())} MB; written to {OUT}")
