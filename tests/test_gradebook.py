@@ -431,3 +431,30 @@ def test_the_teaching_page_states_the_autograders_measured_size_and_memory():
                    f"peaked at {peak['peak_pss_mb']:,} MB", f"(chapter {int(name[:2])}'s notebook",
                    f"the largest single process {peak['peak_rss_largest_process_mb']:,} MB"):
         assert phrase in text, phrase
+
+
+def test_the_autograders_shell_scripts_ship_in_the_wheel_and_reach_the_zip(tmp_path):
+    # setup.sh and run_autograder are package data (pyproject's [tool.setuptools.package-data]): a wheel built
+    # from a copy of the repository holds them, and the package installed from it puts them in its zip.
+    source = tmp_path / "source"
+    shutil.copytree(ROOT / "mha_course", source / "mha_course", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md", "requirements.txt"):
+        shutil.copy(ROOT / name, source)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+                    "--wheel-dir", str(tmp_path / "dist"), str(source)], check=True, capture_output=True)
+    [wheel] = (tmp_path / "dist").glob("*.whl")
+    zipfile.ZipFile(wheel).extractall(tmp_path / "installed")
+    scripts = ["setup.sh", "run_autograder"]
+    bundle = tmp_path / "autograder.zip"
+    code = ("import sys, mha_course; from pathlib import Path; from mha_course.grading.gradebook import write_bundle; "
+            "write_bundle(Path(sys.argv[1]), [1], root=Path(sys.argv[2])); print(mha_course.__file__)")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "installed")}
+    done = subprocess.run([sys.executable, "-c", code, str(bundle), str(source)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == str(tmp_path / "installed" / "mha_course" / "__init__.py"), \
+        done.stderr
+    with zipfile.ZipFile(bundle) as archive:
+        assert [archive.read(name) for name in scripts] == [(ROOT / "mha_course" / "grading" / "autograder" / name)
+                                                             .read_bytes() for name in scripts]
+        assert all((archive.getinfo(name).external_attr >> 16) & 0o111 for name in scripts)  # executable
+        assert archive.read("grade_options").decode().splitlines() == ["--chapters", "1", "--timeout", "120"]

@@ -7,9 +7,10 @@ notebook of its chapter came in), points (a student's best notebook counts; a pa
 the share of its checks of behaviour passed), ``notes`` (the verdict, what the notebook printed against it,
 the cells that failed) and ``flags``, for the instructor to look at, never a verdict: a notebook with the
 book's solutions in it, or the same code as another student's. Exit status: 0 when every exercise passed, 1
-when not, 2 for a usage mistake or a sandbox required and missing. The zip's ``setup.sh`` builds Gradescope's
-image (a virtual environment, the course with its ``grading`` extra at the pinned versions); ``run_autograder``
-grades each submission ``--in-container`` (``MHA_COURSE_AUTOGRADER_ROOT`` and ``_PYTHON`` replace
+when not, 2 for a usage mistake or a sandbox required and missing. The zip's shell scripts (``autograder/``
+beside this module): ``setup.sh`` builds Gradescope's image (a virtual environment, the course with its
+``grading`` extra at the pinned versions); ``run_autograder`` grades each submission ``--in-container`` with
+the options in the zip's ``grade_options`` (``MHA_COURSE_AUTOGRADER_ROOT`` and ``_PYTHON`` replace
 ``/autograder`` and its Python, to try it elsewhere).
 
 >>> from mha_course.grading.report import score
@@ -29,12 +30,11 @@ import csv
 import hashlib
 import json
 import re
-import shlex
 import sys
 import tomllib
 import zipfile
 from dataclasses import astuple, dataclass, fields
-from importlib import metadata
+from importlib import metadata, resources
 from pathlib import Path
 
 import mha_course
@@ -263,50 +263,6 @@ def write_results(reports: list[NotebookReport], rows: list, path: Path) -> None
 #: The files of the course's repository the bundle needs beside the package.
 REPOSITORY_FILES = ("pyproject.toml", "README.md", "requirements.txt")
 
-SETUP = """#!/usr/bin/env bash
-# Gradescope runs this once, as root, when it builds the autograder's image (see run_autograder).
-set -euo pipefail
-cd "$(dirname "$0")"
-VENV="${MHA_COURSE_AUTOGRADER_ROOT:-/autograder}/venv"
-PYTHON=""
-for candidate in python3.13 python3.12 python3.11 python3; do  # the first that runs and is 3.11 or later
-  if "$candidate" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null; then PYTHON="$candidate"; break; fi
-done
-PYTHON="${PYTHON:-python3.11}"  # none: Ubuntu 22.04, whose Python is 3.10; install 3.11 (and venv where missing)
-"$PYTHON" -m venv "$VENV" 2>/dev/null || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
-  "$PYTHON" "$PYTHON-venv" && "$PYTHON" -m venv "$VENV"; }
-# The course with what grading needs (its grading extra), at the versions requirements.txt pins. PyTorch's CPU
-# index is added to this one command, after the indexes the image sets: from the usual index, torch on Linux is
-# the CUDA build, gigabytes that grading, on the CPU, never uses.
-"$VENV/bin/python" -m pip install --disable-pip-version-check \\
-  --extra-index-url https://download.pytorch.org/whl/cpu -c requirements.txt "./course[grading]"
-"""
-
-RUN = """#!/usr/bin/env bash
-# Gradescope runs this for each submission: it grades the notebooks in $ROOT/submission and writes
-# $ROOT/results/results.json. MHA_COURSE_AUTOGRADER_ROOT and MHA_COURSE_AUTOGRADER_PYTHON replace
-# /autograder and the Python that setup.sh installed (to try it outside Gradescope).
-set -uo pipefail
-ROOT="${{MHA_COURSE_AUTOGRADER_ROOT:-/autograder}}"
-PYTHON="${{MHA_COURSE_AUTOGRADER_PYTHON:-$ROOT/venv/bin/python}}"
-mkdir -p "$ROOT/results"
-notebooks=()
-while IFS= read -r -d '' notebook; do notebooks+=("$notebook"); done < <(
-  find "$ROOT/submission" -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' -print0 | sort -z)
-"$PYTHON" -m mha_course grade --gradescope "$ROOT/results/results.json" {options} "${{notebooks[@]}}"
-status=$?
-# 1 says only that an exercise did not pass: the results are written.
-if [ "$status" -le 1 ]; then exit 0; fi
-exit "$status"
-"""
-
-
-def run_script(chapters: str | None, partial: bool, timeout: float) -> str:
-    """``run_autograder``, with the options of ``grade`` it uses."""
-    options = [*(["--chapters", chapters] if chapters else []), *(["--partial"] if partial else []),
-               "--timeout", f"{timeout:g}", "--in-container"]
-    return RUN.format(options=" ".join(shlex.quote(option) for option in options))
-
 
 def _name(requirement: str) -> str:
     """A requirement's project name, normalised (``Jupyter_Client>=7`` -> ``jupyter-client``)."""
@@ -337,9 +293,10 @@ def _add(bundle: zipfile.ZipFile, name: str, data: bytes, mode: int = 0o644) -> 
     bundle.writestr(info, data)
 
 
-def write_bundle(out: Path, chapters: str | None = None, partial: bool = False, timeout: float = 120.0,
+def write_bundle(out: Path, chapters: list[int] = (), partial: bool = False, timeout: float = 120.0,
                  root: Path | None = None) -> list[str]:
-    """Write the autograder's zip to ``out`` from the repository ``root``; return the names in it."""
+    """Write the autograder's zip to ``out`` from the repository ``root``; return the names in it. Its
+    ``grade_options`` holds the options of ``grade`` that ``run_autograder`` passes on, one a line."""
     root = root or Path(mha_course.__file__).resolve().parents[1]  # the repository (an editable install)
     missing = [name for name in REPOSITORY_FILES if not (root / name).is_file()]
     if missing:
@@ -347,8 +304,11 @@ def write_bundle(out: Path, chapters: str | None = None, partial: bool = False, 
                                 "repository (where `pip install -e .` installed the package)")
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w") as bundle:
-        _add(bundle, "setup.sh", SETUP.encode(), 0o755)
-        _add(bundle, "run_autograder", run_script(chapters, partial, timeout).encode(), 0o755)
+        for script in ("setup.sh", "run_autograder"):  # shell scripts shipped beside this module
+            _add(bundle, script, (resources.files(__package__) / "autograder" / script).read_bytes(), 0o755)
+        options = [*(["--chapters", ",".join(map(str, chapters))] if chapters else []),
+                   *(["--partial"] if partial else []), "--timeout", f"{timeout:g}"]
+        _add(bundle, "grade_options", "".join(f"{option}\n" for option in options).encode())
         _add(bundle, "requirements.txt", grading_pins(root).encode())
         for name in ("pyproject.toml", "README.md"):
             _add(bundle, f"course/{name}", (root / name).read_bytes())
@@ -359,7 +319,7 @@ def write_bundle(out: Path, chapters: str | None = None, partial: bool = False, 
 
 def autograder(args: argparse.Namespace) -> int:
     """``python -m mha_course autograder``."""
-    _, problem = parse_chapters(args.chapters)
+    chapters, problem = parse_chapters(args.chapters)
     if problem or not args.timeout > 0:
         print(problem or f"--timeout must be a positive number of seconds, got {args.timeout:g}", file=sys.stderr)
         return USAGE_ERROR
@@ -367,7 +327,7 @@ def autograder(args: argparse.Namespace) -> int:
         print(f"--out {args.out}: give the name of a zip file to write, e.g. --out autograder.zip", file=sys.stderr)
         return USAGE_ERROR
     try:
-        names = write_bundle(args.out, args.chapters, args.partial, args.timeout)
+        names = write_bundle(args.out, chapters, args.partial, args.timeout)
     except FileNotFoundError as error:
         print(f"python -m mha_course autograder: error: {error}", file=sys.stderr)
         return USAGE_ERROR
