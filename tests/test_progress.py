@@ -16,7 +16,7 @@ from mha_course.__main__ import main
 from mha_course.exercises import EXERCISES
 from mha_course.grading.report import ExerciseScore, NotebookReport
 from mha_course.grading import progress as progress_module
-from mha_course.grading.progress import CACHE_NAME, chapter_notebooks, progress
+from mha_course.grading.progress import CACHE_NAME, chapter_notebooks, progress, state
 
 NOTEBOOKS = Path(__file__).parent / "notebooks"
 CHAPTERS = sorted({e.chapter for e in EXERCISES.values()})
@@ -37,7 +37,7 @@ def first(folder):
 
 
 def _states(chapter) -> dict[str, str]:
-    return {e.id: e.state for e in chapter.exercises}
+    return {e.id: state(e) for e in chapter.exercises}
 
 
 @POSIX_GRADING
