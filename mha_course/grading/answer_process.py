@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Callable
 
@@ -32,7 +33,7 @@ import torch
 from .. import exercises
 from ..exercises.definitions import definitions, used_globals
 from ..exercises.framework import ERROR, MISSING, STATUS_KEY, probe
-from .grading_setup import ONE_THREAD, first_line, raise_it, seconds
+from .grading_setup import ONE_THREAD, first_line
 from .sandbox import Sandbox
 
 #: What :func:`answer_records` gives for an answer besides :data:`~mha_course.exercises.framework.ERROR`.
@@ -172,10 +173,8 @@ class AnswerProcess:
     def close(self) -> None:
         """Kill the process's group (its own since it started, not reaped yet) and with it its sandbox."""
         if self.popen.poll() is None:
-            try:
+            with suppress(OSError):  # it ended meanwhile
                 os.killpg(self.popen.pid, signal.SIGKILL)
-            except OSError:  # it ended meanwhile
-                pass
         self.popen.wait()
         self.connection.close()
         self.stderr.close()
@@ -207,7 +206,7 @@ def answer_records(start: Callable[[], AnswerProcess], cells: list[tuple[int, st
             if frame == "timeout":
                 return {**results, **{eid: (TIMED_OUT, f"the process that checks the answers had not imported the "
                                                        f"package and replayed the notebook's definitions after "
-                                                       f"{seconds(start_timeout)} ({raise_it('--timeout')})")
+                                                       f"{start_timeout:g} s (raise it with --timeout SECONDS)")
                                       for eid, _ in remaining}}
             if not (isinstance(frame, tuple) and frame[0] == "replayed"):
                 why = process.why_it_ended()

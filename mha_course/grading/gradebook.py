@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import argparse
 import csv
-import hashlib
 import json
 import re
 import sys
 import tomllib
 import zipfile
+from contextlib import suppress
 from dataclasses import astuple, dataclass, fields
 from importlib import metadata, resources
 from pathlib import Path
@@ -104,11 +104,11 @@ def gradebook(students: dict[str, list[NotebookReport]], chapters: list[int] | N
     return rows
 
 
-def _code(path: Path) -> list[str] | None:
+def _code(path: Path) -> tuple[str, ...] | None:
     """The sources of a notebook's code cells (None if it cannot be read)."""
     try:
-        return ["".join(c.get("source", "")).strip() for c in json.loads(path.read_bytes())["cells"]
-                if c.get("cell_type") == "code"]
+        return tuple("".join(c.get("source", "")).strip() for c in json.loads(path.read_bytes())["cells"]
+                     if c.get("cell_type") == "code")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -116,13 +116,12 @@ def _code(path: Path) -> list[str] | None:
 def integrity_flags(students: dict[str, list[Path]], reports: dict[Path, NotebookReport]) -> dict[str, list[str]]:
     """Flags, by notebook: solution markers still in it or the code of the book's own notebook (the instructor's
     solutions), and the same code as another student's notebook where it earned points. Not verdicts."""
-    digest = lambda code: hashlib.sha256("\0".join(code).encode()).hexdigest()  # noqa: E731
-    book = {digest(code): path.name for path in default_notebooks(course_root()) if (code := _code(path))}
+    book = {code: path.name for path in default_notebooks(course_root()) if (code := _code(path))}
     codes = {(student, path): code for student, paths in students.items() for path in paths if (code := _code(path))}
     found: dict[str, list[str]] = {}
     for (student, path), code in codes.items():
         notes = [f"solution markers ({SOLUTION_BEGIN}) in it"] if any(SOLUTION_BEGIN in c for c in code) else []
-        notes += [f"the code of the book's own {book[digest(code)]}"] if digest(code) in book else []
+        notes += [f"the code of the book's own {book[code]}"] if code in book else []
         earned = any(e.status == PASSED or e.share for e in reports[path].exercises)
         notes += [f"the same code as {other}'s {p.name}" for (other, p), theirs in codes.items()
                   if other != student and earned and theirs == code]
@@ -131,18 +130,26 @@ def integrity_flags(students: dict[str, list[Path]], reports: dict[Path, Noteboo
     return found
 
 
-def write_csv(rows: list, path: Path, header: list[str] | None = None) -> None:
+def write_csv(rows: list, path: Path) -> None:
     with path.open("w", newline="", encoding="utf-8") as file:
-        writer = csv.writer(file)
-        writer.writerow(header or [f.name.replace("_", " ") for f in fields(GradebookRow)])
-        writer.writerows(astuple(row) if isinstance(row, GradebookRow) else row for row in rows)
+        csv.writer(file).writerows(rows)
 
 
-def totals(rows: list[GradebookRow], flags: dict[str, list[str]]) -> list[list]:
-    """A row per student (student, points, max points, exercises passed, flags): what a platform imports."""
-    students = dict.fromkeys(row.student for row in rows)
-    return [[s, round(sum(r.points for r in rows if r.student == s), 4), sum(r.max_points for r in rows if r.student == s),
-             sum(r.status == PASSED for r in rows if r.student == s), "; ".join(flags.get(s, []))] for s in students]
+def write_json(data, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def totals(rows: list[GradebookRow], students: dict[str, list[Path]], flags: dict[str, list[str]]) -> list[list]:
+    """A header, then a row per student (student, points, max points, exercises passed, the flags of its
+    notebooks): what a platform imports."""
+    table = [["student", "points", "max points", "exercises passed", "flags"]]
+    for student in dict.fromkeys(row.student for row in rows):
+        own = [row for row in rows if row.student == student]
+        flagged = sorted({flag for path in students[student] for flag in flags.get(str(path), [])})
+        table.append([student, round(sum(r.points for r in own), 4), sum(r.max_points for r in own),
+                      sum(r.status == PASSED for r in own), "; ".join(flagged)])
+    return table
 
 
 def feedback(student: str, rows: list[GradebookRow], reports: list[NotebookReport]) -> str:
@@ -152,11 +159,6 @@ def feedback(student: str, rows: list[GradebookRow], reports: list[NotebookRepor
         lines += [f"{row.exercise} {exercises.EXERCISES[row.exercise].title}: {row.status}, {row.points:g} of "
                   f"{row.max_points}", *(f"    {note}" for note in row.notes.split(" | ") if note)]
     return "\n".join([*lines, "", _output(reports)]) + "\n"
-
-
-def exit_status(rows: list[GradebookRow], reports: list[NotebookReport] = ()) -> int:
-    """0 when every row passed and each of ``reports`` scored an exercise, else 1."""
-    return int(any(not report.exercises for report in reports) or not all(row.status == PASSED for row in rows))
 
 
 def _usage_errors(args: argparse.Namespace) -> list[str]:
@@ -206,16 +208,14 @@ def main(args: argparse.Namespace) -> int:
     print(format_report(reports))
     written = []
     if args.json:
-        payload = {"score": sum(r.score for r in reports), "max_score": sum(r.max_score for r in reports),
-                   "notebooks": [r.to_dict() for r in reports]}
-        args.json.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_json({"score": sum(r.score for r in reports), "max_score": sum(r.max_score for r in reports),
+                    "notebooks": [r.to_dict() for r in reports]}, args.json)
         written.append(f"Scores written to {args.json}")
     if args.csv:
-        write_csv(rows, args.csv)
+        write_csv([[f.name.replace("_", " ") for f in fields(GradebookRow)], *map(astuple, rows)], args.csv)
         written.append(f"Gradebook written to {args.csv} ({len(students)} student(s), {len(rows)} rows)")
     if args.totals:
-        by_student = {s: sorted({f for p in notebooks for f in flags.get(str(p), [])}) for s, notebooks in students.items()}
-        write_csv(totals(rows, by_student), args.totals, ["student", "points", "max points", "exercises passed", "flags"])
+        write_csv(totals(rows, students, flags), args.totals)
         written.append(f"Totals written to {args.totals}")
     if args.feedback:
         args.feedback.mkdir(parents=True, exist_ok=True)
@@ -224,10 +224,11 @@ def main(args: argparse.Namespace) -> int:
             (args.feedback / f"{student}.txt").write_text(text, encoding="utf-8")
         written.append(f"Feedback written to {args.feedback}/ (a file per student)")
     if args.gradescope:
-        write_results(reports, rows, args.gradescope)
+        write_json(results(reports, rows), args.gradescope)
         written.append(f"Gradescope results written to {args.gradescope}")
     print("\n".join(written + [f"Flagged for a look (not verdicts): {', '.join(flags)}"] * bool(flags)))
-    return exit_status(rows, reports)
+    # 0 when every exercise passed and every notebook scored one (an unreadable one did not), else 1.
+    return int(any(not report.exercises for report in reports) or not all(row.status == PASSED for row in rows))
 
 
 # Gradescope
@@ -254,12 +255,6 @@ def results(reports: list[NotebookReport], rows: list) -> dict:
             "visibility": VISIBILITY, "tests": tests}
 
 
-def write_results(reports: list[NotebookReport], rows: list, path: Path) -> None:
-    """Write :func:`results` as JSON to ``path`` (its folder is made if needed)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results(reports, rows), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
 #: The files of the course's repository the bundle needs beside the package.
 REPOSITORY_FILES = ("pyproject.toml", "README.md", "requirements.txt")
 
@@ -278,10 +273,8 @@ def grading_pins(root: Path) -> str:
         name = _name(todo.pop())
         if name not in wanted:
             wanted.add(name)
-            try:
+            with suppress(metadata.PackageNotFoundError):
                 todo += [r for r in metadata.requires(name) or [] if "extra ==" not in r]
-            except metadata.PackageNotFoundError:
-                pass
     lines = (root / "requirements.txt").read_text(encoding="utf-8").splitlines()
     return "".join(f"{line}\n" for line in lines if line.strip() and not line.startswith("#") and _name(line) in wanted)
 

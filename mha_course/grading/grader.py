@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from pathlib import Path
 
 import torch
@@ -37,7 +38,7 @@ from .grading_setup import (CELL_TIMEOUT, CHECK_TIMEOUT, NOTEBOOK_TIMEOUT, ONE_T
                             first_line, platform_problem)
 from .notebook_run import NotebookRun, python_source
 from .report import (NOT_CHECKED, SEED_BOUND, UNREADABLE, NotebookReport, chapters_of, compare_printed,
-                     exercise_seeds, listed, printed_verdicts, verdict, withhold, wrong_chapter)
+                     exercise_seeds, listed, verdict, withhold, wrong_chapter)
 from .sandbox import NO_SANDBOX, NONE, PackageSnapshot, Sandbox, choose_sandbox, python_folders, site_folders
 
 
@@ -83,18 +84,14 @@ class NotebookGrading:
 
     def start(self) -> None:
         """Start the kernel and the first answer process now (what does not start starts, or says why, later)."""
-        try:
+        with suppress(Exception):
             self.run.start_kernel()
             self.first = next(self.processes) if self.chapters else None
-        except Exception:  # noqa: BLE001
-            pass
 
     def run_kernel(self, then=lambda: None) -> None:
         """Run the notebook in its kernel (``then()`` once it has started), the checks loading meanwhile."""
-        try:
+        with suppress(Exception):  # run() says why
             self.run.read()
-        except Exception:  # noqa: BLE001 - run() says why
-            pass
         threading.Thread(target=getattr, args=(exercises, "EXERCISES"), daemon=True).start()
         self.started = self.run.run(self.timeout, self.cell_timeout, then)
 
@@ -144,7 +141,7 @@ class NotebookGrading:
             report.exercises.append(verdict(exercise_id, results.get(exercise_id, (ERROR, "no result")), self.run,
                                             definers, self.check_timeout))
             report.exercises[-1].seed = seeds[exercise_id]
-        compare_printed(report, printed_verdicts(notebook))
+        compare_printed(report, notebook)
         wrong_chapter(report)
 
     def _edited(self) -> list[str]:

@@ -1,4 +1,4 @@
-"""What grading needs before it starts: time limits, their wording, the command line's checks, a POSIX
+"""What grading needs before it starts: time limits, the command line's checks, a POSIX
 platform (the answer process gets its socket through ``pass_fds``). Imports nothing heavy: the command
 line's parser reads the defaults here.
 """
@@ -22,16 +22,6 @@ def first_line(text: str, limit: int = 200) -> str:
     """The first non-blank line of ``text``, cut to ``limit`` characters (``...`` marks a cut)."""
     line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
     return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-def seconds(value: float) -> str:
-    """A time limit as reports write it: ``8 s``, ``0.5 s``."""
-    return f"{value:g} s"
-
-
-def raise_it(flag: str) -> str:
-    """How a "timed out" (which says nothing about the answer) names its limit: ``raise it with ... SECONDS``."""
-    return f"raise it with {flag} SECONDS"
 
 
 def limit_errors(args: argparse.Namespace) -> list[str]:

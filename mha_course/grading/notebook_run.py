@@ -15,6 +15,7 @@ import json
 import queue
 import subprocess
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Callable
 
@@ -22,7 +23,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import run_sync
 
-from .grading_setup import first_line, raise_it, seconds
+from .grading_setup import first_line
 
 _QUIET_LOG = logging.getLogger("mha_course.grader.nbclient")
 _QUIET_LOG.addHandler(logging.NullHandler())
@@ -33,12 +34,6 @@ _QUIET_LOG.propagate = False
 logging.getLogger("asyncio").addFilter(lambda record: not (
     record.getMessage().startswith("Task exception was never retrieved") and record.exc_info
     and isinstance(record.exc_info[1], queue.Empty)))
-
-
-def cell_name(notebook, index: int) -> str:
-    """How reports name a cell: its number counting every cell, and its first line: ``cell 7 (`x = 1`)``."""
-    first = first_line(notebook.cells[index].source, limit=60)
-    return f"cell {index + 1} (`{first}`)" if first else f"cell {index + 1} (empty)"
 
 
 def python_source(source: str) -> str:
@@ -66,11 +61,9 @@ def kernel_for(notebook: dict, events: list[str]) -> str:
     """The kernel the notebook (its JSON) names, or :data:`FALLBACK_KERNEL` (noted in ``events``) where none
     of that name is installed: the chapters run on any Python kernel with the package."""
     wanted = ((notebook.get("metadata") or {}).get("kernelspec") or {}).get("name") or FALLBACK_KERNEL
-    try:
+    with suppress(Exception):  # no readable kernel specs at all: the fallback still runs
         if wanted == FALLBACK_KERNEL or wanted in KernelSpecManager().find_kernel_specs():
             return wanted
-    except Exception:  # noqa: BLE001 - no readable kernel specs at all: the fallback still runs
-        pass
     events.append(f"the notebook names the kernel {wanted!r}, which is not installed here: it ran on "
                   f"{FALLBACK_KERNEL}")
     return FALLBACK_KERNEL
@@ -100,10 +93,8 @@ class NotebookRun:
         self.km = _WrappedKernelManager(kernel_name=kernel, transport="ipc",
                                         ip=str(folder / "k"), connection_file=str(folder / "kernel.json"))
         self.km.wrap = wrap or list
-        try:
+        with suppress(Exception):  # no such kernel: starting it says so
             self.km.kernel_spec.interrupt_mode = "message"
-        except Exception:  # noqa: BLE001 - no such kernel: starting it says so
-            pass
         self.ran: set[int] = set()  # cells that ran to their end (with or without an error)
         self.not_run: dict[int, str] = {}  # cell index -> why it did not run to its end
         self.exit_cell: int | None = None  # the cell that called exit(), if one did
@@ -147,11 +138,9 @@ class NotebookRun:
 
     def stop_kernel(self) -> None:
         """Shut the kernel down (one started ahead and never run, too), and its sandbox with it."""
-        try:
+        with suppress(Exception):  # already gone
             if self.km.has_kernel:
                 run_sync(self.km.shutdown_kernel)(now=True)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
 
     def _executed(self, cell, cell_index, execute_reply) -> None:
         payloads = (execute_reply or {}).get("content", {}).get("payload", []) or []
@@ -159,7 +148,9 @@ class NotebookRun:
             self.exit_cell = cell_index
 
     def name(self, index: int) -> str:
-        return cell_name(self.notebook, index)
+        """How reports name a cell: its number counting every cell, and its first line: ``cell 7 (`x = 1`)``."""
+        first = first_line(self.notebook.cells[index].source, limit=60)
+        return f"cell {index + 1} (`{first}`)" if first else f"cell {index + 1} (empty)"
 
     def execute(self, cell, index: int, timeout: float) -> str:
         """Execute one cell within ``timeout`` seconds; return "ok", "timeout" or "dead"."""
@@ -170,10 +161,8 @@ class NotebookRun:
             self.client.execute_cell(cell, index)
             return "ok"
         except CellTimeoutError:
-            try:
+            with suppress(Exception):  # the kernel may be gone already
                 run_sync(self.km.interrupt_kernel)()  # the manager is asynchronous
-            except Exception:  # noqa: BLE001 - the kernel may be gone already
-                pass
             return "timeout"
         except DeadKernelError:
             return "dead"
@@ -196,21 +185,21 @@ class NotebookRun:
             cell, later = self.notebook.cells[index], code[position + 1:]
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                self.events.append(f"timed out: the notebook's {seconds(timeout)} were up before {self.name(index)} "
-                                   f"({raise_it('--timeout')}); it and the {len(later)} code cell(s) after it did "
-                                   "not run")
-                self._stop([index, *later], f"the notebook timed out ({seconds(timeout)}, {raise_it('--timeout')}) "
+                self.events.append(f"timed out: the notebook's {timeout:g} s were up before {self.name(index)} "
+                                   f"(raise it with --timeout SECONDS); it and the {len(later)} code cell(s) after it "
+                                   "did not run")
+                self._stop([index, *later], f"the notebook timed out ({timeout:g} s, raise it with --timeout SECONDS) "
                                             f"before {self.name(index)}")
                 self.timed_out.update([index, *later])
                 return
             limit = min(cell_timeout, remaining)
             outcome = self.execute(cell, index, limit)
             if outcome == "timeout":
-                which = (f"the limit for one cell; {raise_it('--cell-timeout')}" if limit == cell_timeout else
-                         f"the notebook's {seconds(timeout)} were up; {raise_it('--timeout')}")
-                self.events.append(f"timed out: {self.name(index)} was still running after {seconds(limit)} "
+                which = ("the limit for one cell; raise it with --cell-timeout SECONDS" if limit == cell_timeout else
+                         f"the notebook's {timeout:g} s were up; raise it with --timeout SECONDS")
+                self.events.append(f"timed out: {self.name(index)} was still running after {limit:g} s "
                                    f"({which}); it was interrupted")
-                self.not_run[index] = f"{self.name(index)} timed out after {seconds(limit)} ({which})"
+                self.not_run[index] = f"{self.name(index)} timed out after {limit:g} s ({which})"
                 self.timed_out.add(index)
                 continue
             if outcome == "dead":

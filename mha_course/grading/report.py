@@ -17,7 +17,7 @@ from pathlib import Path
 from ..tables import Table
 from .. import exercises
 from .answer_process import RECORD, TAMPERED, TIMED_OUT, from_message
-from .grading_setup import first_line, raise_it, seconds
+from .grading_setup import first_line
 from ..exercises.framework import ERROR, FAIL_MARK, MISSING, PASS_MARK, PASSED, WAITING_MARK, judge
 from ..notebook_files import chapter_number
 from .notebook_run import NotebookRun
@@ -100,13 +100,6 @@ def chapters_of(notebook: dict, path: Path) -> set[int]:
     return chapters | ({chapter_number(path.name)} if chapter_number(path.name) is not None else set())
 
 
-def printed_verdicts(notebook) -> dict[str, str]:
-    """The last verdict line the executed notebook printed for each exercise."""
-    lines = [line for cell in notebook.cells for output in cell.get("outputs", [])
-             if output.get("output_type") == "stream" for line in output.get("text", "").splitlines()]
-    return {match.group(2): line for line in lines if (match := _PRINTED.match(line))}
-
-
 def score(exercise_id: str, status: str, line: str, checks_passed: int = 0) -> ExerciseScore:
     """The score of one exercise: a point if ``status`` is passed, and the share of its behaviour passed."""
     exercise = exercises.EXERCISES[exercise_id]
@@ -134,8 +127,8 @@ def verdict(exercise_id: str, result: tuple, run: NotebookRun, definers: dict[in
     kind = result[0]
     if kind == TIMED_OUT:
         what = result[1] if len(result) > 1 else (
-            f"{name} was still running after {seconds(check_timeout)} (the limit for checking one answer; "
-            f"{raise_it('--check-timeout')})")
+            f"{name} was still running after {check_timeout:g} s (the limit for checking one answer; "
+            f"raise it with --check-timeout SECONDS)")
         return score(exercise_id, TIMED_OUT, f"{FAIL_MARK} {exercise_id}: timed out: {what}")
     if kind == TAMPERED:
         changed = ", ".join(result[1])
@@ -175,9 +168,12 @@ def wrong_chapter(report: NotebookReport) -> None:
                                                "exercises; hand in each chapter under its own name")
 
 
-def compare_printed(report: NotebookReport, printed: dict[str, str]) -> None:
-    """Keep the line the notebook printed for each exercise, and note each one that disagrees with
-    the grader's verdict, in either direction."""
+def compare_printed(report: NotebookReport, notebook) -> None:
+    """Keep the last verdict line the executed ``notebook`` printed for each exercise, and note each one
+    that disagrees with the grader's verdict, in either direction."""
+    lines = [line for cell in notebook.cells for output in cell.get("outputs", [])
+             if output.get("output_type") == "stream" for line in output.get("text", "").splitlines()]
+    printed = {match.group(2): line for line in lines if (match := _PRINTED.match(line))}
     for exercise in report.exercises:
         exercise.notebook_printed = printed.get(exercise.id)
         if exercise.notebook_printed:

