@@ -303,3 +303,17 @@ def test_the_reach_in_check_runs_over_every_module_and_can_fail():
         "bad.py:9: self_like.bar._lock",
         "bad.py:12: self.bar._lock",
     ]
+
+
+#: The most lines of Python the grading package may hold (``wc -l mha_course/grading/*.py``, subfolders too).
+GRADING_LINES = 1600
+
+
+def test_the_grading_code_stays_short_enough_to_read_and_trust():
+    counts = {path.relative_to(PACKAGE).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
+              for path in sorted((PACKAGE / "grading").rglob("*.py"))}
+    assert "grading/grader.py" in counts and sum(counts.values()) <= GRADING_LINES, (
+        f"mha_course/grading/ holds {sum(counts.values())} lines of Python, over {GRADING_LINES} ({counts}). "
+        "Grading decides a learner's marks and runs their code: a maintainer must be able to read all of it and "
+        "trust it. Make the code shorter (plain data, the standard library, fewer one-use helpers) rather than "
+        "raising the limit or moving grading code elsewhere.")
