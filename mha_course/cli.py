@@ -323,9 +323,15 @@ def _add_grade_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the scores as JSON to FILE")
     parser.add_argument("--csv", type=Path, metavar="FILE",
                         help="write the gradebook to FILE: a row per student and exercise (student, notebook, "
-                             "exercise, status, points, max points, checks passed, checks total)")
+                             "exercise, status, points, max points, checks passed, checks total, notes, flags)")
+    parser.add_argument("--totals", type=Path, metavar="FILE",
+                        help="write each student's total to FILE, a CSV for a learning platform's import (student, "
+                             "points, max points, exercises passed, flags)")
+    parser.add_argument("--feedback", type=Path, metavar="DIR",
+                        help="write one short feedback file per student into DIR (STUDENT.txt)")
     parser.add_argument("--partial", action="store_true",
-                        help="points are the share of an exercise's checks passed (default: 1 for a pass, else 0)")
+                        help="points are the share of an exercise's checks of behaviour passed (default: 1 for a "
+                             "pass, else 0)")
     parser.add_argument("--gradescope", type=Path, metavar="FILE",
                         help="write Gradescope's results.json for one submission to FILE")
     parser.add_argument("--seed", type=int, default=None, metavar="SEED",
@@ -344,7 +350,8 @@ def _add_autograder_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chapters", metavar="N,M", default=None,
                         help="the chapters the assignment asks for: their exercises count even when a submission "
                              "lacks their notebook (default: those of the notebooks submitted)")
-    parser.add_argument("--partial", action="store_true", help="points are the share of an exercise's checks passed")
+    parser.add_argument("--partial", action="store_true",
+                        help="points are the share of an exercise's checks of behaviour passed")
     parser.add_argument("--timeout", type=float, default=NOTEBOOK_TIMEOUT, metavar="SECONDS",
                         help=f"how long each notebook may run (default: {NOTEBOOK_TIMEOUT:g})")
 
@@ -391,7 +398,7 @@ def _add_exercise_commands(commands) -> None:
     grade.set_defaults(handler=_grade)
     autograder = commands.add_parser("autograder", help="write the autograder zip that Gradescope takes",
                                      description="Write the zip of a Gradescope autograder: setup.sh installs the "
-                                     "pinned requirements and the course, run_autograder grades the submission.")
+                                     "course with what grading needs (pinned), run_autograder grades the submission.")
     _add_autograder_arguments(autograder)
     autograder.set_defaults(handler=_autograder)
     progress = commands.add_parser("progress", help="show which exercises of each chapter pass, fail or are not "

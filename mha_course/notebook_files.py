@@ -31,6 +31,9 @@ TOOL_FOLDERS = frozenset({".ipynb_checkpoints", "__pycache__", "_build"})
 
 _CHAPTER_FILE = re.compile(r"^(\d+)_")
 
+#: The line that opens a solution in the book's notebooks (the student edition replaces each solution by a stub).
+SOLUTION_BEGIN = "### BEGIN SOLUTION"
+
 
 def chapter_number(name: str) -> int | None:
     """The chapter a file name belongs to (the number it starts with, before ``_``), or ``None``."""
@@ -57,6 +60,15 @@ def default_notebooks(root: Path = Path(".")) -> list[Path]:
     """Every notebook of the book: ``root/book/**/*.ipynb``."""
     book = root / "book"
     return sorted(p for p in book.rglob("*.ipynb") if not in_tool_folder(p.relative_to(book)))
+
+
+def course_root(start: Path = Path(".")) -> Path:
+    """The folder whose ``book/`` holds the chapters: ``start`` when it has them, else the course's repository
+    that the package was installed from (``pip install -e .``), so the tools work from any folder."""
+    for root in (start, Path(__file__).resolve().parents[1]):
+        if default_notebooks(root):
+            return root
+    return start
 
 
 def data_files(folder: Path) -> dict[Path, Path]:
@@ -93,4 +105,4 @@ def find_data(path: str | Path) -> Path:
 
 
 __all__ = ["DATA_FOLDER", "PACKAGED_DATA", "find_data", "TOOL_FOLDERS", "chapter_number", "in_tool_folder", "chapter_notebooks",
-           "default_notebooks", "data_files"]
+           "default_notebooks", "course_root", "data_files", "SOLUTION_BEGIN"]

@@ -511,3 +511,62 @@ def test_replacing_secrets_randbelow_does_not_fix_the_inputs(monkeypatch):
     monkeypatch.delenv(SEED_ENV_VAR, raising=False)
     monkeypatch.setattr(secrets, "randbelow", lambda n: 4242)
     assert len({run_seed() for _ in range(20)}) > 1
+
+
+# ----------------------------------------------------------------------------------------------
+# Partial credit counts the checks of an answer's behaviour, never its form
+
+
+def _none(*args, **kwargs):
+    return None
+
+
+def _zero(*args, **kwargs):
+    return 0
+
+
+def _empty(*args, **kwargs):
+    return []
+
+
+def _raises(*args, **kwargs):
+    raise ValueError("not this input either")
+
+
+class _ReturnsNone(nn.Module):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+    def forward(self, *args, **kwargs):
+        return None
+
+
+class _AlwaysRaises(_ReturnsNone):
+    def forward(self, *args, **kwargs):
+        raise ValueError("not this input either")
+
+
+NON_ANSWERS = {"None": (_none, _ReturnsNone), "a constant": (_zero, _ReturnsNone), "empty": (_empty, _ReturnsNone),
+               "raises": (_raises, _AlwaysRaises)}
+
+
+@pytest.mark.parametrize("exercise_id", list(CORRECT))
+def test_an_answer_that_does_nothing_of_the_task_earns_no_share(exercise_id):
+    # None, a constant, an empty container and an answer that raises on every input pass at most gates
+    # (written by you, a type, builds, runs, leaves its inputs alone): their share is 0 in every exercise.
+    exercise = EXERCISES[exercise_id]
+    for name, (function, module) in NON_ANSWERS.items():
+        answer = module if isinstance(CORRECT[exercise_id], type) else function
+        result = judge(exercise, probe(exercise, answer))
+        passed = [c.name for c in exercise.checks[:result.checks_passed]]
+        assert exercise.share(result.checks_passed) == 0, f"{name} passes {passed}: mark the form checks gate=True"
+    assert exercise.share(len(exercise.checks)) == 1 and not any(c.gate for c in exercise.checks[-1:])
+
+
+@pytest.mark.parametrize("exercise_id", ["1.1", "2.3", "3.3", "5.1"])
+def test_a_partial_answer_earns_the_share_of_the_behaviour_checks_it_passes(exercise_id):
+    exercise = EXERCISES[exercise_id]
+    gates = sum(c.gate for c in exercise.checks)
+    assert exercise.checks[0].name == OWN_CODE and exercise.checks[0].gate
+    assert exercise.share(0) == exercise.share(1) == 0  # refused as the package's answer: nothing
+    assert exercise.share(len(exercise.checks) - 1) == round(1 - 1 / (len(exercise.checks) - gates), 4)

@@ -580,7 +580,10 @@ def test_an_unreadable_notebook_is_reported_not_raised(tmp_path):
     broken = tmp_path / "01_broken.ipynb"
     broken.write_text("{ this is not json", encoding="utf-8")
     report = grade_notebook(broken)
-    assert report.exercises == [] and report.events[0].startswith("could not read the notebook")
+    assert report.events[0].startswith("could not read the notebook")
+    # Its name's chapter is scored unreadable (a status of its own, not "not submitted"), each with why.
+    assert [(e.id, e.status, e.points) for e in report.exercises] == [(f"1.{n}", "unreadable", 0) for n in (1, 2, 3)]
+    assert report.exercises[0].line.startswith("✗ 1.1: unreadable: could not read the notebook: JSONDecodeError")
 
 
 def test_the_report_is_a_table_per_notebook_then_the_failures_the_events_and_the_total():

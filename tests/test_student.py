@@ -242,10 +242,10 @@ def test_refuses_to_overwrite_then_force(tmp_path):
 
 
 @pytest.mark.book  # writes the student edition of every chapter, as make book-student does
-def test_book_option_copies_the_book_around_the_notebooks(tmp_path, monkeypatch):
-    monkeypatch.chdir(ROOT)
-    out = tmp_path / "student-book"
-    assert main(["student", "--book", "--out", str(out)]) == 0
+def test_book_option_copies_the_book_around_the_notebooks_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # not the repository: the chapters are found from the installed package
+    assert main(["student", "--book", "--out", "release"]) == 0
+    out = tmp_path / "release"
     for name in ("_config.yml", "_toc.yml", "book/intro.md", "book/_ext/offline_mathjax.py"):
         assert (out / name).read_bytes() == (ROOT / name).read_bytes()
     # The listings are cells that read the installed package: no copy of its source comes along.

@@ -25,7 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..notebook_files import default_notebooks
+from ..notebook_files import course_root, default_notebooks
 from .student import SolutionMarkerError, write_student_edition
 
 #: The JupyterLab the course pins in requirements.txt.
@@ -65,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
               f"rest of requirements.txt; by hand: {sys.executable} -m pip install {JUPYTERLAB_PIN}", file=sys.stderr)
         return 2
     try:
-        written = prepare(args.out)
+        written = prepare(args.out, course_root())
     except (FileNotFoundError, SolutionMarkerError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

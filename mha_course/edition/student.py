@@ -46,9 +46,9 @@ import nbformat
 from . import jupyter_markdown
 from ..exercises.framework import STUB_MESSAGE
 from .jupyter_markdown import SOLUTION_DIRECTIVES, BookIndex, Fence
-from ..notebook_files import DATA_FOLDER, data_files, default_notebooks, in_tool_folder
+from ..notebook_files import SOLUTION_BEGIN, DATA_FOLDER, course_root, data_files, default_notebooks, in_tool_folder
 
-BEGIN = "### BEGIN SOLUTION"
+BEGIN = SOLUTION_BEGIN
 END = "### END SOLUTION"
 STUB_COMMENT = "# YOUR CODE HERE"
 
@@ -470,7 +470,8 @@ def write_student_edition(notebooks: list[Path], out: Path, force: bool = False,
 
 
 def main(args: argparse.Namespace) -> int:
-    notebooks = args.notebooks or default_notebooks()
+    root = course_root()  # the current folder's book/, else the repository the package was installed from
+    notebooks = args.notebooks or default_notebooks(root)
     if not notebooks:
         print("No notebooks found: run from the repository root, or name the notebooks.", file=sys.stderr)
         return 2
@@ -479,7 +480,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"No such notebook: {', '.join(missing)}", file=sys.stderr)
         return 2
     try:
-        written = write_student_edition(notebooks, args.out, force=args.force, book=args.book)
+        written = write_student_edition(notebooks, args.out, force=args.force, book=args.book, root=root)
     except (FileExistsError, SolutionMarkerError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -254,8 +254,8 @@ STACKED = Exercise(
               "num_heads, qkv_bias=False)",
     probe=_probe_stacked,
     checks=(
-        Check("is an nn.Module class", module_class_check('check("2.1", StackedHeads)')),
-        Check("builds as StackedHeads(3, 2, 6, 0.0, 2)", lambda r: value_of(r, "two_build", "StackedHeads(3, 2, 6, 0.0, 2)")),
+        Check("is an nn.Module class", module_class_check('check("2.1", StackedHeads)'), gate=True),
+        Check("builds as StackedHeads(3, 2, 6, 0.0, 2)", lambda r: value_of(r, "two_build", "StackedHeads(3, 2, 6, 0.0, 2)"), gate=True),
         Check("output shape with 2 heads of width 2", _stacked_shape),
         Check("holds its heads as CausalAttention submodules", _stacked_registered),
         Check("each head has weights of its own", _stacked_own_weights),
@@ -421,7 +421,7 @@ WIDTH = Exercise(
     signature="wrapper_with_width(d_in, width, num_heads, context_length)",
     probe=_probe_width,
     checks=(
-        Check("returns a MultiHeadAttentionWrapper", _is_wrapper),
+        Check("returns a MultiHeadAttentionWrapper", _is_wrapper, gate=True),
         Check(_RUNNING, _width_case("running")),
         Check("another width and head count", _width_case("a")),
         Check("a third width and head count", _width_case("b")),
@@ -525,7 +525,7 @@ FORMULA = Exercise(
     signature="wrapper_parameter_count(d_in, d_out, num_heads, qkv_bias=False)",
     probe=_probe_formula,
     checks=(
-        Check("returns a whole number", lambda r: int_of(r, "one head", "wrapper_parameter_count(...)")),
+        Check("returns a whole number", lambda r: int_of(r, "one head", "wrapper_parameter_count(...)"), gate=True),
         Check("one head", _formula_case("one head")),
         Check("grows in proportion to num_heads", _formula_proportional),
         Check("several heads, no qkv bias", _formula_case("case 1")),

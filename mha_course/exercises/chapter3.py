@@ -100,7 +100,7 @@ SPLIT = Exercise(
     signature="to_heads(x, num_heads)",
     probe=lambda answer, rec: _probe_reshaper(answer, rec, split_cases(rec.seed)),
     checks=(
-        Check("returns a tensor", lambda r: tensor_of(r, "a", "to_heads(x, num_heads)")),
+        Check("returns a tensor", lambda r: tensor_of(r, "a", "to_heads(x, num_heads)"), gate=True),
         Check("shape (B, num_heads, T, head_dim)", _split_shape),
         Check("head m (from 1) holds columns (m - 1)*head_dim to m*head_dim - 1 of every token",
               _split_case("a")),
@@ -188,7 +188,7 @@ MERGE = Exercise(
     signature="from_heads(x)",
     probe=lambda answer, rec: _probe_reshaper(answer, rec, merge_cases(rec.seed)),
     checks=(
-        Check("returns a tensor", lambda r: tensor_of(r, "a", "from_heads(x)")),
+        Check("returns a tensor", lambda r: tensor_of(r, "a", "from_heads(x)"), gate=True),
         Check("shape (B, T, num_heads * head_dim)", _merge_shape),
         Check("splitting the result gives the heads back", _merge_case("a")),
         Check("another size", _merge_case("b")),
@@ -385,8 +385,8 @@ TRANSFER = Exercise(
     signature="transfer_heads(wrapper, mha)",
     probe=_probe_transfer,
     checks=(
-        Check("runs on a 2-head wrapper", _transfer_runs("two")),
-        Check("leaves the wrapper unchanged", _wrapper_unchanged),
+        Check("runs on a 2-head wrapper", _transfer_runs("two"), gate=True),
+        Check("leaves the wrapper unchanged", _wrapper_unchanged, gate=True),
         Check("mha gives the wrapper's output on the running example", _same_output("two", "running")),
         Check("mha gives the wrapper's output on a random batch", _same_output("two", "random")),
         Check("more heads, with qkv_bias", _same_output("bias", "random")),

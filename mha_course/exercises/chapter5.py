@@ -206,8 +206,8 @@ ABLATION = Exercise(
     signature="accuracy_drop(model, head, tokens, labels)",
     probe=_probe_ablation,
     checks=(
-        Check("returns a number", _returns_number),
-        Check(_UNCHANGED, _unchanged),
+        Check("returns a number", _returns_number, gate=True),
+        Check(_UNCHANGED, _unchanged, gate=True),
         Check("either head of the chapter's two-head model", _drop(_cases_of(2))),
         Check("every head of a four-head model", _drop(_cases_of(4))),
         Check("shorter sequences", _drop(_cases_of(4, short=True))),

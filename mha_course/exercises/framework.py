@@ -63,10 +63,17 @@ OWN_CODE = "written by you"
 
 @dataclass(frozen=True)
 class Check:
-    """One named property of a correct answer; ``run(record)`` raises :class:`Failed` if absent."""
+    """One named property of a correct answer; ``run(record)`` raises :class:`Failed` if absent.
+
+    A *gate* checks the answer's form, not its behaviour: that it is the learner's own, has the type
+    asked for, builds, runs, or leaves its inputs alone. An answer that does nothing of the task (it
+    returns None, a constant or an empty container, or raises) can pass a gate, so passing one earns
+    no partial credit (:meth:`Exercise.share`); failing one stops the checks as any check does.
+    """
 
     name: str
     run: Callable[[dict], None]
+    gate: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,12 +118,23 @@ class Exercise:
 
     def __post_init__(self):
         if not self.checks or self.checks[0].name != OWN_CODE:
-            own = Check(OWN_CODE, lambda record: own_code_check(self.all_shortcuts())(record))
+            own = Check(OWN_CODE, lambda record: own_code_check(self.all_shortcuts())(record), gate=True)
             object.__setattr__(self, "checks", (own, *self.checks))
 
     @property
     def chapter(self) -> int:
         return int(self.id.split(".")[0])
+
+    def share(self, checks_passed: int) -> float:
+        """The share of the exercise's behaviour that passing its first ``checks_passed`` checks shows: the
+        checks of its behaviour among them, over all of them (gates count for nothing).
+
+        >>> from mha_course.exercises import EXERCISES
+        >>> [c.gate for c in EXERCISES["2.3"].checks][:3], EXERCISES["2.3"].share(2), EXERCISES["2.3"].share(5)
+        ([True, True, False], 0.0, 0.6)
+        """
+        behaviour = [not check.gate for check in self.checks]
+        return round(sum(behaviour[:checks_passed]) / max(1, sum(behaviour)), 4)
 
     def all_shortcuts(self) -> tuple[Shortcut, ...]:
         """The exercise's shortcuts and the checks' own functions."""

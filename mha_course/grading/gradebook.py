@@ -1,39 +1,47 @@
 """``python -m mha_course grade`` and ``autograder``: a class's notebooks in; a score table, a gradebook (CSV),
-Gradescope's ``results.json`` and an exit status out; and the zip of a Gradescope autograder.
+totals, feedback files, Gradescope's ``results.json`` and an exit status out; and the zip of an autograder.
 
 ``--submissions DIR`` grades each subfolder's notebooks as its student's. The gradebook has a row per
-student and exercise of the chapters graded (or ``--chapters``): a missing notebook is ``not submitted``,
-a student's best notebook counts, a pass earns 1 (``--partial``: the share of checks passed). Exit status:
-0 when every exercise passed, 1 when not, 2 for a usage mistake or a sandbox required and missing. The
-zip's ``setup.sh`` builds Gradescope's image (Ubuntu 24.04: a virtual environment, the pinned requirements,
-the course); ``run_autograder`` grades each submission ``--in-container``, one container per submission
-(``MHA_COURSE_AUTOGRADER_ROOT`` and ``_PYTHON`` replace ``/autograder`` and its Python, to try it elsewhere).
+student and exercise of the chapters graded (or ``--chapters``): its status (``not submitted`` when no
+notebook of its chapter came in), points (a student's best notebook counts; a pass earns 1, ``--partial``
+the share of its checks of behaviour passed), ``notes`` (the verdict, what the notebook printed against it,
+the cells that failed) and ``flags``, for the instructor to look at, never a verdict: a notebook with the
+book's solutions in it, or the same code as another student's. Exit status: 0 when every exercise passed, 1
+when not, 2 for a usage mistake or a sandbox required and missing. The zip's ``setup.sh`` builds Gradescope's
+image (a virtual environment, the course with its ``grading`` extra at the pinned versions); ``run_autograder``
+grades each submission ``--in-container`` (``MHA_COURSE_AUTOGRADER_ROOT`` and ``_PYTHON`` replace
+``/autograder`` and its Python, to try it elsewhere).
 
 >>> from mha_course.grading.report import score
->>> report = NotebookReport("submitted/alice/01_mine.ipynb", [score("1.1", "failed", "✗ 1.1: ...", 3)])
+>>> report = NotebookReport("submitted/alice/01_mine.ipynb", [score("1.1", "failed", "✗ 1.1: ...", 4)])
 >>> rows = gradebook({"alice": [report]}, chapters=[1], partial=True)
->>> [(r.status, r.points) for r in rows]
-[('failed', 0.5), ('not submitted', 0), ('not submitted', 0)]
->>> results([report], rows)["tests"][1]["output"]
-'✗ 1.2: not submitted: no notebook of chapter 1 was handed in'
+>>> for row in rows[:2]: print(row.status, row.points, row.notes, sep=" | ")
+failed | 0.5 | ✗ 1.1: ...
+not submitted | 0 | ✗ 1.2: not submitted: no notebook of chapter 1 was handed in
+>>> results([report], rows)["score"], results([report], rows)["tests"][0]["output"]
+(0.5, '✗ 1.1: ...')
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
+import re
 import shlex
 import sys
+import tomllib
 import zipfile
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, fields
+from importlib import metadata
 from pathlib import Path
 
 import mha_course
 
 from .. import exercises
 from ..exercises.framework import FAIL_MARK, PASSED
-from ..notebook_files import in_tool_folder
+from ..notebook_files import SOLUTION_BEGIN, course_root, default_notebooks, in_tool_folder
 from .grading_setup import USAGE_ERROR, GradingUnavailableError, limit_errors, parse_chapters, platform_problem
 from .sandbox import PACKAGE, PackageSnapshot
 from .report import NotebookReport, format_report
@@ -44,7 +52,7 @@ NOT_SUBMITTED = "not submitted"
 
 @dataclass
 class GradebookRow:
-    """One student's result on one exercise: a row of the CSV."""
+    """One student's result on one exercise: a row of the CSV (its header: the fields' names)."""
 
     student: str
     notebook: str  # the notebook it was graded in ("" when not submitted)
@@ -54,53 +62,96 @@ class GradebookRow:
     max_points: int
     checks_passed: int
     checks_total: int
-
-    #: The CSV's header, in the order of the fields.
-    HEADER = ("student", "notebook", "exercise", "status", "points", "max points", "checks passed", "checks total")
+    notes: str = ""  # what the instructor may want to read: the verdict, the notebook's events
+    flags: str = ""  # integrity flags of the notebook (integrity_flags), not verdicts
 
 
 def collect(submissions: Path) -> dict[str, list[Path]]:
     """Each student (a subfolder of ``submissions``) and the notebooks under it (a stray one is named, left out)."""
     for stray in sorted(submissions.glob("*.ipynb")):
         print(f"{stray} is in no student's folder: not graded (put it in {submissions}/STUDENT/)", file=sys.stderr)
-    students = {}
-    for folder in sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        students[folder.name] = sorted(p for p in folder.rglob("*.ipynb")
-                                       if not in_tool_folder(p.relative_to(folder)))
-    return students
+    return {folder.name: sorted(p for p in folder.rglob("*.ipynb") if not in_tool_folder(p.relative_to(folder)))
+            for folder in sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith("."))}
 
 
-def points(status: str, checks_passed: int, checks_total: int, partial: bool = False) -> float:
-    """An exercise's points out of 1: 1 for a pass; with ``partial``, the share of the checks passed."""
-    return 1 if status == PASSED else round(checks_passed / checks_total, 4) if partial and checks_passed else 0
+def _notes(report: NotebookReport, exercise) -> str:
+    """An exercise's line, its events, then the notebook's events not about one exercise."""
+    ids = tuple(f"{e.id}: " for e in report.exercises)
+    mine = [event for event in report.events if event.startswith(f"{exercise.id}: ")]
+    wide = [event for event in report.events if not event.startswith(ids) and event not in exercise.line]
+    return " | ".join([exercise.line, *mine, *wide])
 
 
-def gradebook(students: dict[str, list[NotebookReport]], chapters: list[int] | None = None,
-              partial: bool = False) -> list[GradebookRow]:
-    """A row per student and exercise of the chapters graded or named, in the course's order."""
+def gradebook(students: dict[str, list[NotebookReport]], chapters: list[int] | None = None, partial: bool = False,
+              flags: dict[str, list[str]] | None = None) -> list[GradebookRow]:
+    """A row per student and exercise of the chapters graded or named, in the course's order (``flags``: by
+    notebook, as :func:`integrity_flags` gives them)."""
     graded = {exercises.EXERCISES[e.id].chapter for reports in students.values() for report in reports
               for e in report.exercises if e.id in exercises.EXERCISES} | set(chapters or [])
-    wanted = [eid for eid, e in exercises.EXERCISES.items() if e.chapter in graded]
-    rows = []
+    rows, flags = [], flags or {}
     for student, reports in students.items():
         best: dict[str, GradebookRow] = {}
-        for notebook, e in [(report.notebook, e) for report in reports for e in report.exercises]:
-            row = GradebookRow(student, notebook, e.id, e.status,
-                               points(e.status, e.checks_passed, e.checks_total, partial), 1, e.checks_passed,
-                               e.checks_total)
+        for report, e in [(r, e) for r in reports for e in r.exercises]:
+            row = GradebookRow(student, report.notebook, e.id, e.status,
+                               1 if e.status == PASSED else (e.share or 0) if partial else 0, 1, e.checks_passed,
+                               e.checks_total, _notes(report, e), "; ".join(flags.get(report.notebook, [])))
             if e.id not in best or row.points > best[e.id].points:
                 best[e.id] = row
-        for eid in wanted:
-            rows.append(best.get(eid) or GradebookRow(student, "", eid, NOT_SUBMITTED, 0, 1, 0,
-                                                      len(exercises.EXERCISES[eid].checks)))
+        unread = [f"{Path(r.notebook).name}: {event}" for r in reports if not r.exercises for event in r.events]
+        rows += [best.get(eid) or GradebookRow(student, "", eid, NOT_SUBMITTED, 0, 1, 0, len(e.checks), " | ".join(
+            [f"{FAIL_MARK} {eid}: {NOT_SUBMITTED}: no notebook of chapter {e.chapter} was handed in", *unread]))
+            for eid, e in exercises.EXERCISES.items() if e.chapter in graded]
     return rows
 
 
-def write_csv(rows: list[GradebookRow], path: Path) -> None:
+def _code(path: Path) -> list[str] | None:
+    """The sources of a notebook's code cells (None if it cannot be read)."""
+    try:
+        return ["".join(c.get("source", "")).strip() for c in json.loads(path.read_bytes())["cells"]
+                if c.get("cell_type") == "code"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def integrity_flags(students: dict[str, list[Path]], reports: dict[Path, NotebookReport]) -> dict[str, list[str]]:
+    """Flags, by notebook: solution markers still in it or the code of the book's own notebook (the instructor's
+    solutions), and the same code as another student's notebook where it earned points. Not verdicts."""
+    digest = lambda code: hashlib.sha256("\0".join(code).encode()).hexdigest()  # noqa: E731
+    book = {digest(code): path.name for path in default_notebooks(course_root()) if (code := _code(path))}
+    codes = {(student, path): code for student, paths in students.items() for path in paths if (code := _code(path))}
+    found: dict[str, list[str]] = {}
+    for (student, path), code in codes.items():
+        notes = [f"solution markers ({SOLUTION_BEGIN}) in it"] if any(SOLUTION_BEGIN in c for c in code) else []
+        notes += [f"the code of the book's own {book[digest(code)]}"] if digest(code) in book else []
+        earned = any(e.status == PASSED or e.share for e in reports[path].exercises)
+        notes += [f"the same code as {other}'s {p.name}" for (other, p), theirs in codes.items()
+                  if other != student and earned and theirs == code]
+        if notes:
+            found[str(path)] = notes
+    return found
+
+
+def write_csv(rows: list, path: Path, header: list[str] | None = None) -> None:
     with path.open("w", newline="", encoding="utf-8") as file:
         writer = csv.writer(file)
-        writer.writerow(GradebookRow.HEADER)
-        writer.writerows(astuple(row) for row in rows)
+        writer.writerow(header or [f.name.replace("_", " ") for f in fields(GradebookRow)])
+        writer.writerows(astuple(row) if isinstance(row, GradebookRow) else row for row in rows)
+
+
+def totals(rows: list[GradebookRow], flags: dict[str, list[str]]) -> list[list]:
+    """A row per student (student, points, max points, exercises passed, flags): what a platform imports."""
+    students = dict.fromkeys(row.student for row in rows)
+    return [[s, round(sum(r.points for r in rows if r.student == s), 4), sum(r.max_points for r in rows if r.student == s),
+             sum(r.status == PASSED for r in rows if r.student == s), "; ".join(flags.get(s, []))] for s in students]
+
+
+def feedback(student: str, rows: list[GradebookRow], reports: list[NotebookReport]) -> str:
+    """A student's short feedback: the total, a line per exercise with its notes, and what graded it."""
+    lines = [f"{student}: {round(sum(r.points for r in rows), 4):g} of {sum(r.max_points for r in rows)} points", ""]
+    for row in rows:
+        lines += [f"{row.exercise} {exercises.EXERCISES[row.exercise].title}: {row.status}, {row.points:g} of "
+                  f"{row.max_points}", *(f"    {note}" for note in row.notes.split(" | ") if note)]
+    return "\n".join([*lines, "", _output(reports)]) + "\n"
 
 
 def exit_status(rows: list[GradebookRow], reports: list[NotebookReport] = ()) -> int:
@@ -120,8 +171,10 @@ def _usage_errors(args: argparse.Namespace) -> list[str]:
     missing = [str(p) for p in args.notebooks if not p.is_file()]
     if missing:
         errors.append(f"No such notebook: {', '.join(missing)}")
-    if args.gradescope and args.submissions is not None:
+    if args.submissions is not None and args.gradescope:
         errors.append("--gradescope writes the results of one submission: give its notebooks, not --submissions")
+    if args.submissions is None and args.feedback:
+        errors.append("--feedback writes a file per student: give --submissions DIR (a subfolder per student)")
     if args.seed is not None and args.seed < 0:
         errors.append(f"--seed must be a whole number from 0, got {args.seed} (the report's \"seed\" of a notebook)")
     return errors
@@ -148,19 +201,32 @@ def main(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     by_path = dict(zip(paths, reports))
     graded = {student: [by_path[path] for path in notebooks] for student, notebooks in students.items()}
-    rows = gradebook(graded, chapters, args.partial)
+    flags = integrity_flags(students, by_path)
+    rows = gradebook(graded, chapters, args.partial, flags)
     print(format_report(reports))
+    written = []
     if args.json:
         payload = {"score": sum(r.score for r in reports), "max_score": sum(r.max_score for r in reports),
                    "notebooks": [r.to_dict() for r in reports]}
         args.json.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        print(f"Scores written to {args.json}")
+        written.append(f"Scores written to {args.json}")
     if args.csv:
         write_csv(rows, args.csv)
-        print(f"Gradebook written to {args.csv} ({len(students)} student(s), {len(rows)} rows)")
+        written.append(f"Gradebook written to {args.csv} ({len(students)} student(s), {len(rows)} rows)")
+    if args.totals:
+        by_student = {s: sorted({f for p in notebooks for f in flags.get(str(p), [])}) for s, notebooks in students.items()}
+        write_csv(totals(rows, by_student), args.totals, ["student", "points", "max points", "exercises passed", "flags"])
+        written.append(f"Totals written to {args.totals}")
+    if args.feedback:
+        args.feedback.mkdir(parents=True, exist_ok=True)
+        for student in students:
+            text = feedback(student, [r for r in rows if r.student == student], graded[student])
+            (args.feedback / f"{student}.txt").write_text(text, encoding="utf-8")
+        written.append(f"Feedback written to {args.feedback}/ (a file per student)")
     if args.gradescope:
         write_results(reports, rows, args.gradescope)
-        print(f"Gradescope results written to {args.gradescope}")
+        written.append(f"Gradescope results written to {args.gradescope}")
+    print("\n".join(written + [f"Flagged for a look (not verdicts): {', '.join(flags)}"] * bool(flags)))
     return exit_status(rows, reports)
 
 
@@ -170,16 +236,11 @@ def main(args: argparse.Namespace) -> int:
 VISIBILITY = "visible"
 
 
-def _line(reports: list[NotebookReport], notebook: str, exercise_id: str) -> str:
-    return next((e.line for r in reports if r.notebook == notebook for e in r.exercises if e.id == exercise_id),
-                f"{FAIL_MARK} {exercise_id}: not submitted: no notebook of chapter "
-                f"{exercises.EXERCISES[exercise_id].chapter} was handed in")
-
-
 def _output(reports: list[NotebookReport]) -> str:
     lines = [line for r in reports for line in [
-        f"{Path(r.notebook).name}: graded by mha_course {r.package_version} with seed {r.seed} (sha256 "
-        f"{str(r.sha256)[:12]}...; sandbox: {r.sandbox})", *(f"  ! {event}" for event in r.events)]]
+        f"{Path(r.notebook).name}: graded by mha_course {r.package_version} (checks {str(r.checks_sha256)[:12]}, torch "
+        f"{r.torch_version}) with seed {r.seed} (sha256 {str(r.sha256)[:12]}...; sandbox: {r.sandbox})",
+        *(f"  ! {event}" for event in r.events)]]
     return "\n".join(lines) if lines else "No notebook was handed in."
 
 
@@ -188,7 +249,7 @@ def results(reports: list[NotebookReport], rows: list) -> dict:
     tests = [{"name": f"{row.exercise} {exercises.EXERCISES[row.exercise].title}", "number": row.exercise,
               "score": row.points, "max_score": row.max_points,
               "status": "passed" if row.status == PASSED else "failed",
-              "output": _line(reports, row.notebook, row.exercise), "visibility": VISIBILITY} for row in rows]
+              "output": row.notes.replace(" | ", "\n"), "visibility": VISIBILITY} for row in rows]
     return {"score": round(sum(row.points for row in rows), 4), "output": _output(reports),
             "visibility": VISIBILITY, "tests": tests}
 
@@ -206,22 +267,19 @@ SETUP = """#!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder's image (see run_autograder).
 set -euo pipefail
 cd "$(dirname "$0")"
+VENV="${MHA_COURSE_AUTOGRADER_ROOT:-/autograder}/venv"
 PYTHON=""
-for candidate in python3.13 python3.12 python3.11; do
-  if command -v "$candidate" >/dev/null; then PYTHON="$candidate"; break; fi
+for candidate in python3.13 python3.12 python3.11 python3; do  # the first that runs and is 3.11 or later
+  if "$candidate" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null; then PYTHON="$candidate"; break; fi
 done
-if [ -z "$PYTHON" ]; then  # Ubuntu 22.04's Python is 3.10: the course needs 3.11 or later
-  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y python3.11 python3.11-venv
-  PYTHON=python3.11
-fi
-if ! "$PYTHON" -m venv /autograder/venv; then
-  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "$PYTHON-venv"
-  "$PYTHON" -m venv /autograder/venv
-fi
-# PyTorch's CPU build: the default Linux wheel brings gigabytes of CUDA that grading never uses.
-export PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
-/autograder/venv/bin/python -m pip install --disable-pip-version-check -r requirements.txt
-/autograder/venv/bin/python -m pip install --disable-pip-version-check --no-deps ./course
+PYTHON="${PYTHON:-python3.11}"  # none: Ubuntu 22.04, whose Python is 3.10; install 3.11 (and venv where missing)
+"$PYTHON" -m venv "$VENV" 2>/dev/null || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
+  "$PYTHON" "$PYTHON-venv" && "$PYTHON" -m venv "$VENV"; }
+# The course with what grading needs (its grading extra), at the versions requirements.txt pins. PyTorch's CPU
+# index is added to this one command, after the indexes the image sets: from the usual index, torch on Linux is
+# the CUDA build, gigabytes that grading, on the CPU, never uses.
+"$VENV/bin/python" -m pip install --disable-pip-version-check \\
+  --extra-index-url https://download.pytorch.org/whl/cpu -c requirements.txt "./course[grading]"
 """
 
 RUN = """#!/usr/bin/env bash
@@ -250,6 +308,28 @@ def run_script(chapters: str | None, partial: bool, timeout: float) -> str:
     return RUN.format(options=" ".join(shlex.quote(option) for option in options))
 
 
+def _name(requirement: str) -> str:
+    """A requirement's project name, normalised (``Jupyter_Client>=7`` -> ``jupyter-client``)."""
+    return re.sub(r"[-_.]+", "-", re.match(r"\s*([A-Za-z0-9._-]*)", requirement).group(1)).lower()
+
+
+def grading_pins(root: Path) -> str:
+    """The lines of ``root/requirements.txt`` that pin what the bundle installs: the package's dependencies and
+    its ``grading`` extra's, and theirs (as the packages installed here name them)."""
+    project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    todo, wanted = [*project["dependencies"], *project["optional-dependencies"]["grading"]], set()
+    while todo:
+        name = _name(todo.pop())
+        if name not in wanted:
+            wanted.add(name)
+            try:
+                todo += [r for r in metadata.requires(name) or [] if "extra ==" not in r]
+            except metadata.PackageNotFoundError:
+                pass
+    lines = (root / "requirements.txt").read_text(encoding="utf-8").splitlines()
+    return "".join(f"{line}\n" for line in lines if line.strip() and not line.startswith("#") and _name(line) in wanted)
+
+
 def _add(bundle: zipfile.ZipFile, name: str, data: bytes, mode: int = 0o644) -> None:
     info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
     info.external_attr = (0o100000 | mode) << 16  # a regular file with these permissions
@@ -265,15 +345,14 @@ def write_bundle(out: Path, chapters: str | None = None, partial: bool = False, 
     if missing:
         raise FileNotFoundError(f"{', '.join(missing)} not found in {root}: build the autograder from the course's "
                                 "repository (where `pip install -e .` installed the package)")
-    snapshot = PackageSnapshot()
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w") as bundle:
         _add(bundle, "setup.sh", SETUP.encode(), 0o755)
         _add(bundle, "run_autograder", run_script(chapters, partial, timeout).encode(), 0o755)
-        _add(bundle, "requirements.txt", (root / "requirements.txt").read_bytes())
+        _add(bundle, "requirements.txt", grading_pins(root).encode())
         for name in ("pyproject.toml", "README.md"):
             _add(bundle, f"course/{name}", (root / name).read_bytes())
-        for name, data in snapshot.files.items():
+        for name, data in PackageSnapshot().files.items():
             _add(bundle, f"course/{PACKAGE}/{name}", data)
         return bundle.namelist()
 

@@ -24,19 +24,20 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import torch
 from tqdm import tqdm
 
 import mha_course
 from .. import exercises
 from ..exercises.definitions import defined_names, used_globals
 from ..exercises.framework import ERROR, run_seed
-from ..notebook_files import DATA_FOLDER, data_files
+from ..notebook_files import DATA_FOLDER, chapter_number, data_files
 from .answer_process import AnswerProcess, answer_records
 from .grading_setup import (CELL_TIMEOUT, CHECK_TIMEOUT, NOTEBOOK_TIMEOUT, ONE_THREAD, GradingUnavailableError,
                             first_line, platform_problem)
 from .notebook_run import NotebookRun, python_source
-from .report import (NOT_CHECKED, SEED_BOUND, NotebookReport, chapters_of, compare_printed, exercise_seeds, listed,
-                     printed_verdicts, verdict, withhold)
+from .report import (NOT_CHECKED, SEED_BOUND, UNREADABLE, NotebookReport, chapters_of, compare_printed,
+                     exercise_seeds, listed, printed_verdicts, verdict, withhold, wrong_chapter)
 from .sandbox import NO_SANDBOX, NONE, PackageSnapshot, Sandbox, choose_sandbox, python_folders, site_folders
 
 
@@ -144,6 +145,7 @@ class NotebookGrading:
                                             definers, self.check_timeout))
             report.exercises[-1].seed = seeds[exercise_id]
         compare_printed(report, printed_verdicts(notebook))
+        wrong_chapter(report)
 
     def _edited(self) -> list[str]:
         """The files of the package's copy the notebook changed (unsandboxed), the copy then written afresh."""
@@ -170,11 +172,15 @@ def prepared(grading: GradingRun, path: Path, seed: int | None,
              limits) -> tuple[NotebookReport, NotebookGrading | None]:
     """The report of the notebook at ``path`` and its grading, laid out (None, and why, if it cannot be read)."""
     report = NotebookReport(str(path), seed=run_seed() if seed is None else seed % SEED_BOUND,
-                            package_version=mha_course.__version__, sandbox=grading.sandbox.kind)
+                            package_version=mha_course.__version__, checks_sha256=grading.snapshot.checks_digest,
+                            torch_version=torch.__version__, sandbox=grading.sandbox.kind)
     try:
         return report, NotebookGrading(grading, path, report, limits)
     except Exception as error:
-        report.events.append(f"could not read the notebook: {type(error).__name__}: {first_line(str(error))}")
+        why = f"could not read the notebook: {type(error).__name__}: {first_line(str(error))}"
+        report.events.append(why)
+        withhold(report, [e for e, x in exercises.EXERCISES.items() if x.chapter == chapter_number(path.name)], why,
+                 UNREADABLE)
         return report, None
 
 
@@ -230,14 +236,14 @@ def _one_after_another(grading: GradingRun, paths: list[Path], seed: int | None,
                 report, notebook = ahead.pop(index)
                 if notebook:
                     notebook.run_kernel(then=lambda after=index + 1: start(after))
-                pending.append((report, judge.submit(notebook.judge) if notebook else None, turn))
+                pending.append((report, judge.submit(notebook.judge) if notebook else time.monotonic(), turn))
                 while len(pending) > 1 or (pending and index == len(paths) - 1):
-                    report, judging, turn = pending.pop(0)
-                    report.seconds = (judging.result() if judging else time.monotonic()) - turn  # raises its error
+                    report, judging, turn = pending.pop(0)  # an unread notebook's time ended at once
+                    report.seconds = (judging if isinstance(judging, float) else judging.result()) - turn  # raises
                     yield report
         finally:
             for _, judging, _ in pending:
-                if judging:
+                if not isinstance(judging, float):
                     judging.result()
             for _, notebook in ahead.values():
                 if notebook:

@@ -2,8 +2,9 @@
 
 Exercises are judged in the grader's process from the answer process's records; a verdict that disagrees
 with the line the notebook printed is noted. The grader adds :data:`TIMED_OUT`, :data:`NOT_RUN`,
-:data:`NOT_SCORED` and :data:`NOT_CHECKED` to the checks' statuses. Each exercise's seed derives from the
-notebook's (:func:`exercise_seeds`), so ``grade --seed`` replays its inputs and verdicts.
+:data:`NOT_SCORED`, :data:`NOT_CHECKED`, :data:`UNREADABLE` and :data:`WRONG_CHAPTER` to the checks'
+statuses. Each exercise's seed derives from the notebook's (:func:`exercise_seeds`), so ``grade --seed``
+replays its inputs and verdicts.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from .notebook_run import NotebookRun
 NOT_RUN = "not run"  # the cell defining the answer never ran (time-out, dead kernel, exit())
 NOT_SCORED = "not scored"  # the notebook changed the package or the checking code
 NOT_CHECKED = "not checked"  # the notebook's kernel could not be started
+UNREADABLE = "unreadable"  # the file is no notebook (truncated, not JSON): its name's chapter is scored so
+WRONG_CHAPTER = "wrong chapter"  # named for this chapter, it answers none of its exercises but another chapter's
 
 #: Seeds are below this bound, as :func:`mha_course.exercises.framework.run_seed` draws them.
 SEED_BOUND = 1_000_000
@@ -54,6 +57,7 @@ class ExerciseScore:
     line: str
     notebook_printed: str | None = None  # the verdict line the notebook itself printed, if any
     seed: int | None = None  # the seed of the inputs its answer was checked on (see exercise_seeds)
+    share: float = 0.0  # the share of its checks of behaviour passed (Exercise.share): --partial's points
 
 
 @dataclass
@@ -66,6 +70,8 @@ class NotebookReport:
     seconds: float = 0.0
     seed: int | None = None  # the grading's seed: `grade --seed SEED` draws the same inputs again
     package_version: str | None = None  # mha_course's version that graded it
+    checks_sha256: str | None = None  # the SHA-256 of the checks' source (mha_course/exercises/) that judged it
+    torch_version: str | None = None  # PyTorch's version, which ran the answers and the references
     sha256: str | None = None  # the notebook file's SHA-256, as graded
     sandbox: str | None = None  # what kept it apart from the other notebooks: bubblewrap, container or none
 
@@ -78,10 +84,7 @@ class NotebookReport:
         return len(self.exercises)
 
     def to_dict(self) -> dict:
-        return {"notebook": self.notebook, "score": self.score, "max_score": self.max_score,
-                "events": self.events, "seconds": round(self.seconds, 1), "seed": self.seed,
-                "package_version": self.package_version, "sha256": self.sha256, "sandbox": self.sandbox,
-                "exercises": [asdict(e) for e in self.exercises]}
+        return {**asdict(self), "score": self.score, "max_score": self.max_score, "seconds": round(self.seconds, 1)}
 
     @classmethod
     def from_dict(cls, data: dict) -> "NotebookReport":
@@ -99,22 +102,16 @@ def chapters_of(notebook: dict, path: Path) -> set[int]:
 
 def printed_verdicts(notebook) -> dict[str, str]:
     """The last verdict line the executed notebook printed for each exercise."""
-    printed = {}
-    for cell in notebook.cells:
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "stream":
-                for line in output.get("text", "").splitlines():
-                    match = _PRINTED.match(line)
-                    if match:
-                        printed[match.group(2)] = line
-    return printed
+    lines = [line for cell in notebook.cells for output in cell.get("outputs", [])
+             if output.get("output_type") == "stream" for line in output.get("text", "").splitlines()]
+    return {match.group(2): line for line in lines if (match := _PRINTED.match(line))}
 
 
 def score(exercise_id: str, status: str, line: str, checks_passed: int = 0) -> ExerciseScore:
-    """The score of one exercise: a point if ``status`` is passed."""
+    """The score of one exercise: a point if ``status`` is passed, and the share of its behaviour passed."""
     exercise = exercises.EXERCISES[exercise_id]
     return ExerciseScore(exercise_id, exercise.title, status, int(status == PASSED), checks_passed,
-                         len(exercise.checks), line)
+                         len(exercise.checks), line, share=exercise.share(checks_passed))
 
 
 def listed(names: list[str]) -> str:
@@ -163,6 +160,19 @@ def verdict(exercise_id: str, result: tuple, run: NotebookRun, definers: dict[in
                      "notebook's imports, def and class statements and assignments to names: set what the answer "
                      "uses there, not as a side effect of other code.)", judged.checks_passed)
     return score(exercise_id, judged.status, judged.line, judged.checks_passed)
+
+
+def wrong_chapter(report: NotebookReport) -> None:
+    """Call the exercises of the chapter the notebook's name gives :data:`WRONG_CHAPTER` when it defines
+    none of their answers but answers another chapter's (a chapter's notebook saved under another's name)."""
+    named = chapter_number(Path(report.notebook).name)
+    mine = [e for e in report.exercises if exercises.EXERCISES[e.id].chapter == named]
+    others = sorted({exercises.EXERCISES[e.id].chapter for e in report.exercises if e.status != MISSING} - {named})
+    if mine and others and all(e.status == MISSING for e in mine):
+        for e in mine:
+            e.status, e.line = WRONG_CHAPTER, (f"{FAIL_MARK} {e.id}: wrong chapter: the notebook is named for chapter "
+                                               f"{named} but answers chapter {listed(list(map(str, others)))}'s "
+                                               "exercises; hand in each chapter under its own name")
 
 
 def compare_printed(report: NotebookReport, printed: dict[str, str]) -> None:

@@ -97,8 +97,9 @@ class PackageSnapshot:
     def __init__(self, root: Path | None = None):
         self.root = Path(root or Path(mha_course.__file__).parent)
         self.files = _files(self.root)
-        self.digest = hashlib.sha256(b"".join(name.encode() + b"\0" + data for name, data in self.files.items())
-                                     ).hexdigest()
+        self.digest, self.checks_digest = (hashlib.sha256(b"".join(
+            name.encode() + b"\0" + data for name, data in self.files.items() if name.startswith(part))).hexdigest()
+            for part in ("", "exercises/"))  # the whole package's, and the checks' (what judges the answers)
 
     def write_copy(self, folder: Path) -> Path:
         """Write the source files under ``folder/mha_course/`` and compile them; return ``folder``."""
