@@ -5,7 +5,8 @@ the chapters under nbval, whose cells are marked here), ``book`` (they write the
 chapter, as a book build does), ``browser`` (they drive chromium over the built book) and ``sweep`` (the
 checks over many fixed seeds) are left out of ``make check`` and run by ``make test``, which starts them first: they take longest.
 Under ``make test`` (pytest-xdist's ``loadfile``) a file's tests run in one worker: a chapter's cells share
-one kernel.
+one kernel. The browser tests of every file run in one worker too (:class:`BrowserTogether`): they share
+one visit of each page, made once per worker.
 
 pytest imports every module of the package to run its docstring examples. The benchmark's memory
 probe, ``mha_course/bench/memory.py``, imports the POSIX-only ``resource`` module and is imported by
@@ -27,6 +28,30 @@ collect_ignore = ["mha_course/bench/memory.py"] if cpu_memory_unsupported_reason
 
 #: What the chapters' kernels get, when the environment does not set it.
 CHAPTER_CPU_CAPABILITY = "default"
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (not under make test-each's ``-p no:xdist``), hand out the files as below."""
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(BrowserTogether(), "browser-together")
+
+
+class BrowserTogether:
+    """pytest-xdist's ``loadfile``, but with tests/browser/ as one unit of work (pytest-xdist's
+    ``pytest_xdist_make_scheduler`` hook)."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config, log):
+        if config.getvalue("dist") != "loadfile":
+            return None
+        from xdist.scheduler import LoadFileScheduling
+
+        class Scheduling(LoadFileScheduling):
+            def _split_scope(self, nodeid):
+                scope = super()._split_scope(nodeid)
+                return "tests/browser" if scope.startswith("tests/browser/") else scope
+
+        return Scheduling(config, log)
 
 
 def pytest_itemcollected(item):

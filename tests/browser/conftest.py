@@ -285,7 +285,8 @@ def _screenshot(page, path: Path, heading: dict | None) -> tuple[int | None, int
     page.evaluate(SETTLE_AFTER_RESIZE)
     # animations="disabled" ends every transition before the capture: the theme's sidebar slides
     # in with one, and a capture in mid-slide shifted the whole page sideways.
-    data = page.screenshot(path=path, full_page=True, animations="disabled")
+    # The longest page (the API's) takes tens of seconds to capture on a busy machine.
+    data = page.screenshot(path=path, full_page=True, animations="disabled", timeout=180_000)
     _screenshots_taken.append(path)
     if heading is None:
         return None, 0
