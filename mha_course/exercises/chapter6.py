@@ -9,6 +9,8 @@ uses it (6.1, which asks for another way and refuses ``repeat_interleave``), the
 from __future__ import annotations
 
 import copy
+import inspect
+import types
 
 import torch
 
@@ -60,16 +62,16 @@ def reference_expand(kv: torch.Tensor, num_heads: int) -> torch.Tensor:
     return kv.repeat_interleave(num_heads // kv.shape[1], dim=1)  # (B, h, T, d_h)
 
 
-class _TorchCalls(torch.overrides.TorchFunctionMode):
-    """Notes the name of every torch function and tensor method called while it is active."""
-
-    def __init__(self):
-        super().__init__()
-        self.names: set[str] = set()
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.names.add(getattr(func, "__name__", ""))
-        return func(*args, **(kwargs or {}))
+def _names_in_code(fn) -> set[str]:
+    """The names a function's code refers to (functions and methods it calls among them), with the functions
+    defined inside it: what it was written with, read without running it."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    found, codes = set(), [code] if code else []
+    while codes:
+        code = codes.pop()
+        found.update(code.co_names)
+        codes.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
+    return found
 
 
 #: The record key that says whether 6.1's answer called repeat_interleave, the listing's own way.
@@ -77,11 +79,9 @@ REPEAT_INTERLEAVE_KEY = "called repeat_interleave"
 
 
 def _probe_expand(expand_kv_heads, rec: Recorder) -> None:
-    calls = _TorchCalls()
-    with calls:
-        for key in EXPAND_CASES:
-            rec.call(key, expand_kv_heads, *expand_case(rec.seed, key))
-    rec.note(REPEAT_INTERLEAVE_KEY, "repeat_interleave" in calls.names)
+    for key in EXPAND_CASES:
+        rec.call(key, expand_kv_heads, *expand_case(rec.seed, key))
+    rec.note(REPEAT_INTERLEAVE_KEY, "repeat_interleave" in _names_in_code(expand_kv_heads))
     kv, num_heads = expand_case(rec.seed, "grouped")
     probe_on_devices(rec, "on", lambda device: expand_kv_heads(kv.to(device), num_heads))
 
