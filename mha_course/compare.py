@@ -312,7 +312,7 @@ def sweep_table(points: Sequence[SweepPoint]) -> Table:
 
     The ``fixed`` column names the regime (:data:`mha_course.cost.REGIME_LABELS`). The ratios
     compare a point with the point of the same regime and implementation that has the fewest
-    heads, so 2.00 in the parameters ratio means twice the parameters of the fewest heads. A sweep
+    heads, so 2.00 in the ratio of parameters means twice the parameters of the fewest heads. A sweep
     of one implementation names it, by class and name, in the title instead of in a column of one
     repeated value.
     """
@@ -320,8 +320,8 @@ def sweep_table(points: Sequence[SweepPoint]) -> Table:
         raise ValueError("points is empty; pass the result of head_count_sweep(...).")
     timed = all(p.time is not None for p in points)
     # The ratios and the score memory, which the chapters read, before the raw counts.
-    columns = ["fixed", "implementation", "heads", "head_dim", "width", "params ratio", "MACs ratio",
-               "score memory", "parameters", "multiply-adds"]
+    columns = ["fixed", "implementation", "heads", "head_dim", "width", "ratio of parameters",
+               "ratio of multiply-adds", "score memory", "parameters", "multiply-adds"]
     if timed:
         columns += ["time", "time ratio"]
     base: dict[tuple[str, str], SweepPoint] = {}
@@ -340,7 +340,7 @@ def sweep_table(points: Sequence[SweepPoint]) -> Table:
         if timed:
             row += [p.time.median, p.time.median / b.time.median]
         rows.append(row[:1] + row[2:] if one else row)
-    formats = {"params ratio": ".2f", "MACs ratio": ".2f", "score memory": "bytes"}
+    formats = {"ratio of parameters": ".2f", "ratio of multiply-adds": ".2f", "score memory": "bytes"}
     if timed:
         formats.update({"time": "time", "time ratio": ".2f"})
     if one:

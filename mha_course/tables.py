@@ -39,26 +39,28 @@ def _significant(value: float, digits: int = 3) -> str:
     return text
 
 
-def _scaled(value: float, units: Sequence[tuple[float, str]]) -> str:
-    """``value`` in the largest unit it reaches (after rounding), three significant digits."""
+def _scaled(value: float, units: Sequence[tuple[float, str]], digits: int = 3) -> str:
+    """``value`` in the largest unit it reaches (after rounding to ``digits`` significant digits)."""
     for scale, unit in reversed(units):
-        if abs(value) >= scale * 0.9995 or scale == units[0][0]:
-            return f"{_significant(value / scale)} {unit}"
+        if abs(value) >= scale * (1 - 0.5 * 10**-digits) or scale == units[0][0]:
+            return f"{_significant(value / scale, digits)} {unit}"
     raise AssertionError("unreachable")
 
 
-def format_time(seconds: float | None) -> str:
-    """Seconds as µs, ms or s with three significant digits (``-`` for ``None``).
+def format_time(seconds: float | None, digits: int = 3) -> str:
+    """Seconds as µs, ms or s with ``digits`` significant digits (``-`` for ``None``).
 
     Example:
         >>> format_time(0.0000123), format_time(0.25), format_time(2.9204), format_time(None)
         ('12.3 µs', '250 ms', '2.92 s', '-')
+        >>> format_time(0.0015346, digits=4), format_time(0.99996, digits=4)
+        ('1.535 ms', '1.000 s')
     """
     if seconds is None:
         return "-"
     if seconds == 0:
         return "0 s"
-    return _scaled(seconds, ((1e-9, "ns"), (1e-6, "µs"), (1e-3, "ms"), (1.0, "s")))
+    return _scaled(seconds, ((1e-9, "ns"), (1e-6, "µs"), (1e-3, "ms"), (1.0, "s")), digits)
 
 
 def format_bytes(n: float | None) -> str:

@@ -16,14 +16,14 @@ from mha_course.exercises import chapter6
 # 6.1
 
 
-def expand_kv_heads(kv, num_heads):
-    return kv.repeat_interleave(num_heads // kv.shape[1], dim=1)
-
-
-def _expand_by_new_axis(kv, num_heads):  # also correct: a new axis of size 1, stretched and folded
+def expand_kv_heads(kv, num_heads):  # a new axis of size 1 after the heads, stretched and folded
     batch, groups, tokens, head_dim = kv.shape
     return kv[:, :, None].expand(batch, groups, num_heads // groups, tokens, head_dim).reshape(
         batch, num_heads, tokens, head_dim)
+
+
+def expand_by_repeat_interleave(kv, num_heads):  # right numbers, but the listing's own call: refused
+    return kv.repeat_interleave(num_heads // kv.shape[1], dim=1)
 
 
 def _expand_by_indexing(kv, num_heads):  # also correct: indexing by CPU indices works on a GPU too
@@ -131,7 +131,7 @@ def _size_by_the_package(num_layers, num_heads, num_kv_groups, head_dim, num_tok
 CORRECT = {"6.1": expand_kv_heads, "6.2": decode_step, "6.3": kv_cache_size}
 
 #: More correct answers, written differently.
-ALSO_CORRECT = {"6.1": [_expand_by_new_axis, _expand_by_indexing, _expand_by_index_select]}
+ALSO_CORRECT = {"6.1": [_expand_by_indexing, _expand_by_index_select]}
 
 WRONG = {
     ("6.1", "repeat"): lambda kv, h: kv.repeat(1, h // kv.shape[1], 1, 1),

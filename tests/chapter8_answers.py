@@ -82,6 +82,13 @@ def _changes_mha(mha):  # transposes mha's weights in place on the way
             "c_proj.weight": mha.out_proj.weight, "c_proj.bias": mha.out_proj.bias}
 
 
+def _c_attn_as_linear_stores_it(mha):  # c_proj transposed, but c_attn joins nn.Linear's weights as they are
+    state = _state(mha)
+    with torch.no_grad():
+        state["c_attn.weight"] = torch.cat([mha.W_query.weight, mha.W_key.weight, mha.W_value.weight], dim=1)
+    return state
+
+
 def _read_off_the_package(mha):
     """Learns where each number goes by converting a GPT-2 layer whose weights are their own indices."""
     from transformers import GPT2Config
@@ -116,6 +123,7 @@ WRONG = {
     ("8.1", "c-proj-not-transposed"): _with(out_transpose=False),
     ("8.1", "qkv-order"): _with(order=("k", "q", "v")),
     ("8.1", "split-per-head"): _with(per_head=True),
+    ("8.1", "c-attn-layout"): _c_attn_as_linear_stores_it,
 }
 
 #: Answers that are, or call, the package's own answer (or the checks' own): refused, naming what

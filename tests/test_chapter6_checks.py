@@ -110,3 +110,15 @@ def test_the_mistakes_of_6_3_give_numbers_of_their_own():
             numbers = [chapter6.size_variant(*args)] + [chapter6.size_variant(*args, mistake=m)
                                                         for m in chapter6.SIZE_MISTAKES]
             assert len(set(numbers)) == len(numbers)
+
+
+def test_the_listings_repeat_interleave_is_refused_last_with_a_hint():
+    """6.1 asks for another way than the chapter's listing: right numbers from repeat_interleave
+    (method or function) pass every other check and fail the last one, which says why."""
+    from chapter6_answers import expand_by_repeat_interleave
+
+    for answer in (expand_by_repeat_interleave,
+                   lambda kv, num_heads: torch.repeat_interleave(kv, num_heads // kv.shape[1], dim=1)):
+        result = run_check("6.1", answer)
+        assert (result.status, result.failed_check) == ("failed", "written without repeat_interleave"), result.line
+        assert "expand stretches an axis of size 1" in result.line, result.line

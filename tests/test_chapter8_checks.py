@@ -66,3 +66,34 @@ def test_a_consistent_permutation_of_heads_passes_the_output_but_not_the_values(
 
     result = run_check("8.1", swapped)
     assert result.failed_check == "each tensor holds mha's numbers where GPT-2 reads them", result.line
+
+
+def _c_attn_replaced(weight_of):
+    """The right state dict but for c_attn.weight, which ``weight_of(mha)`` writes."""
+    def answer(mha):
+        state = CORRECT["8.1"](mha)
+        with torch.no_grad():
+            state["c_attn.weight"] = weight_of(mha)
+        return state
+    return answer
+
+
+@pytest.mark.parametrize("weight_of", [
+    # the roles in another order and not transposed: two slips at once
+    lambda mha: torch.cat([mha.W_key.weight, mha.W_query.weight, mha.W_value.weight], dim=1),
+    # nn.Linear's stack (3d, d_in) viewed as (d_in, 3d): the right shape, not a transpose
+    lambda mha: torch.cat([mha.W_query.weight, mha.W_key.weight, mha.W_value.weight]).view(mha.d_in, -1),
+    # transposed once, as a whole, after joining along the columns
+    lambda mha: torch.cat([mha.W_query.weight, mha.W_key.weight, mha.W_value.weight], dim=1)
+    .T.reshape(mha.d_in, -1),
+], ids=["order-and-transpose", "view-not-transpose", "transposed-as-a-whole"])
+def test_a_c_attn_of_the_right_shape_in_the_wrong_layout_gets_its_likely_cause(weight_of):
+    result = run_check("8.1", _c_attn_replaced(weight_of))
+    assert (result.status, result.mistake) == ("failed", "c-attn-layout"), result.line
+    assert "not transposed for GPT-2's Conv1D" in result.line, result.line
+
+
+def test_other_numbers_in_c_attn_get_no_layout_hint():
+    """The hint needs mha's own numbers, moved: a c_attn.weight of other numbers gets expected and got alone."""
+    result = run_check("8.1", _c_attn_replaced(lambda mha: torch.zeros(mha.d_in, 3 * mha.d_out)))
+    assert result.status == "failed" and result.mistake != "c-attn-layout", result.line

@@ -129,7 +129,7 @@ def test_sweep_times_every_point_and_tabulates_ratios():
     assert len(points) == 4 and all(p.time.median > 0 for p in points)
     table = sweep_table(points)
     assert table.column("fixed") == ["head width"] * 2 + ["model width"] * 2
-    assert table.column("params ratio") == [1.0, 2.0, 1.0, 1.0]
+    assert table.column("ratio of parameters") == [1.0, 2.0, 1.0, 1.0]
     assert table.column("time ratio")[0] == 1.0 and table.column("time ratio")[2] == 1.0
 
 

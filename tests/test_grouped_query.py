@@ -296,3 +296,26 @@ def test_a_multihead_state_dict_loads_and_its_mask_is_checked_then_dropped():
         with pytest.raises(RuntimeError, match=r"mask: (the loaded mask is not the causal pattern|the state dict "
                                                r"was saved from a module with context_length=7)"):
             gqa.load_state_dict({**mha.state_dict(), "mask": bad})
+
+
+@pytest.mark.parametrize("start", [0, 3])
+@pytest.mark.parametrize("tokens", [0, 1, 4])
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("window", [None, 2])
+def test_call_mask_is_none_only_where_the_kernel_needs_none(start, tokens, padded, window):
+    """A prompt and one new token need no mask (is_causal, or every key seen); everything else gets
+    the causal rows of the new tokens, with the window and the padding."""
+    from mha_course.attention.masking import call_mask, causal_mask, with_padding
+
+    x = torch.zeros(2, tokens, 4)
+    attention_mask = None
+    if padded:  # the first sequence left-padded by one position
+        attention_mask = torch.ones(2, start + tokens, dtype=torch.long)
+        attention_mask[0, :1] = 0
+    mask = call_mask(x, start, window, attention_mask)
+    if not padded and window is None and (start == 0 or tokens <= 1):
+        assert mask is None
+    else:
+        expected = with_padding(causal_mask(tokens, start=start, window=window), attention_mask, 2,
+                                start + tokens)
+        assert mask is not None and torch.equal(mask, expected)

@@ -42,6 +42,14 @@ def test_times_read_in_human_units_never_in_exponent_notation(seconds, text):
     assert "e+" not in format_time(seconds) and "e-" not in format_time(seconds)
 
 
+@pytest.mark.parametrize("seconds,text", [
+    (0.0015346, "1.535 ms"), (0.09772, "97.72 ms"), (0.10198, "102.0 ms"), (0.00099996, "1.000 ms"),
+    (0.0009999, "999.9 µs"),
+])
+def test_times_to_four_significant_digits_when_asked(seconds, text):
+    assert format_time(seconds, digits=4) == text
+
+
 @pytest.mark.parametrize("n,text", [
     (0, "0 B"), (1023, "1023 B"), (1024, "1.00 KiB"), (300 * 2**20, "300 MiB"), (int(2.5 * 2**30), "2.50 GiB"),
     (384 * 2**20, "384 MiB"), (None, "-"),

@@ -206,17 +206,17 @@ def test_sinks_take_probability_and_change_the_output():
 
 def test_the_module_keeps_no_mask_and_builds_only_the_rows_it_needs(monkeypatch):
     """Decoding one token after 1,000 others through a window of 8 builds a mask of 1 x 8."""
-    from mha_course.attention import grouped_query
+    from mha_course.attention import masking
 
     shapes = []
-    real_mask = grouped_query.causal_mask
+    real_mask = masking.causal_mask  # what call_mask, which forward asks for its mask, builds
 
     def recording(*args, **kwargs):
         mask = real_mask(*args, **kwargs)
         shapes.append(tuple(mask.shape))
         return mask
 
-    monkeypatch.setattr(grouped_query, "causal_mask", recording)
+    monkeypatch.setattr(masking, "causal_mask", recording)
     gqa = GroupedQueryAttention(8, 8, 2048, 0.0, 2, 1, window=8)
     assert not list(gqa.buffers())
     cache = KVCache()

@@ -28,7 +28,7 @@ from ._validation import (validate_attention_args, validate_bool, validate_input
                           validate_window)
 from .heads import captured_attention_weights, merge_heads, score_dtype, split_heads
 from .kv_cache import cache_start
-from .masking import causal_mask, drop_loaded_mask, safe_softmax, with_padding
+from .masking import call_mask, causal_mask, drop_loaded_mask, safe_softmax
 from .multihead import MultiHeadAttention, not_a_multihead
 from .rotary import RotaryEmbedding
 from .sinks import softmax_with_sinks
@@ -174,15 +174,10 @@ class GroupedQueryAttention(nn.Module):
                                         position_embeddings)
         if cache is not None:  # the past held, then x: (B, g, S, d_h) each
             keys, values = cache.append(keys, values, window=self.window)
-        # True where a query may not look, a later key, one out of the window,
-        # or padding: (T, S), or (B, 1, T, S) with padding. None where the
-        # kernel needs none: a prompt is_causal, one new token sees every key.
-        mask = None
-        if (attention_mask is not None or self.window
-                or (start and x.shape[1] > 1)):
-            mask = with_padding(causal_mask(x.shape[1], x.device, start=start,
-                                            window=self.window),
-                                attention_mask, len(x), start + x.shape[1])
+        # True where a query may not look: (T, S), or (B, 1, T, S) with
+        # padding. None where the kernel needs none: a prompt is_causal, and
+        # one new token sees every key held.
+        mask = call_mask(x, start, self.window, attention_mask)
         if self.use_sdpa and self.sinks is None:  # groups read their KV heads
             p = self.dropout.p if self.training else 0.0
             context = F.scaled_dot_product_attention(  # its mask: True = see

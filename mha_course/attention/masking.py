@@ -222,6 +222,32 @@ def with_padding(causal: torch.Tensor, attention_mask: torch.Tensor | None, batc
     return causal | ~real[:, None, None, -S:]  # (B, 1, T, S)
 
 
+def call_mask(x: torch.Tensor, start: int = 0, window: int | None = None,
+              attention_mask: torch.Tensor | None = None) -> torch.Tensor | None:
+    """The mask one call of a layer with a cache needs, or ``None`` where the fused kernel needs none.
+
+    ``x`` holds the new tokens, positions ``start`` to ``start + T - 1``. The mask is ``True`` where a
+    query may not look: a later key, a key out of the ``window``, or padding (``attention_mask``,
+    :func:`with_padding`). It is ``(T, S)``, or ``(B, 1, T, S)`` with padding, its rows the new tokens
+    and its columns every position held (:func:`causal_mask` with ``start``). Two calls need none,
+    and get ``None``: a prompt without a cache, whose triangle ``scaled_dot_product_attention``
+    applies itself with ``is_causal``, and one new token, which sees every position held.
+
+    Example:
+        >>> x = torch.zeros(1, 2, 4)  # two new tokens
+        >>> call_mask(x) is None, call_mask(x[:, :1], start=3) is None  # a prompt, one new token
+        (True, True)
+        >>> call_mask(x, start=2).int()  # two new tokens after two cached ones
+        tensor([[0, 0, 0, 1],
+                [0, 0, 0, 0]], dtype=torch.int32)
+    """
+    num_tokens = x.shape[1]
+    if attention_mask is None and window is None and (not start or num_tokens <= 1):
+        return None
+    return with_padding(causal_mask(num_tokens, x.device, start=start, window=window),
+                        attention_mask, len(x), start + num_tokens)
+
+
 def safe_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Softmax of ``scores`` over the keys ``mask`` leaves visible (``mask`` ``True``: hidden).
 

@@ -40,7 +40,7 @@ from ..attention.multihead import MultiHeadAttention
 from ..convert.transformers import from_llama_attention
 from ..cost import grouped_query_multiply_adds
 from ..data import random_batch
-from ..tables import Table
+from ..tables import Table, format_time
 from ..timing import time_interleaved, time_once
 from .results import run_header, select, threads_text
 from .run import observed_run, prepare_run
@@ -304,8 +304,11 @@ def grouped_table(results: dict) -> Table:
     notes = [f"{row['config']}: {descriptions[row['config']]}." for row, _ in pairs if row["config"] in descriptions]
     notes += ["ratio: the first layer's median time over the second's, one run.",
               "spread: the larger of the two interquartile ranges over rounds, relative to its median."]
+    def time(seconds):  # four digits, so that dividing the two printed times gives the printed ratio
+        return format_time(seconds, digits=4)
+
     return Table(["size", "layer", "against", "its time", "their time", "ratio", "spread"], rows, title=title,
-                 formats={"its time": "time", "their time": "time", "ratio": ".2f", "spread": ".0%"}, notes=notes)
+                 formats={"its time": time, "their time": time, "ratio": ".2f", "spread": ".0%"}, notes=notes)
 
 
 def grouped_summary(results: dict) -> str:

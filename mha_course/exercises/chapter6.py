@@ -1,7 +1,7 @@
 """Exercises of chapter 6, sharing keys and values: expand key/value heads, one cached step, a cache's size.
 
 The references are the package's: ``repeat_interleave`` as :class:`~mha_course.GroupedQueryAttention`
-uses it (6.1), the module itself with a :class:`~mha_course.KVCache` (6.2) and
+uses it (6.1, which asks for another way and refuses ``repeat_interleave``), the module itself with a :class:`~mha_course.KVCache` (6.2) and
 :func:`mha_course.cost.kv_cache_bytes` (6.3). An answer that calls the module, the cache's
 ``append`` or the cost formulas is refused (see :mod:`~mha_course.exercises.shortcuts`).
 """
@@ -9,6 +9,8 @@ uses it (6.1), the module itself with a :class:`~mha_course.KVCache` (6.2) and
 from __future__ import annotations
 
 import copy
+import inspect
+import types
 
 import torch
 
@@ -22,7 +24,7 @@ from .records import (Failed, Recorder, describe, expect_close, expect_shape, fo
                       raised, same, seed_of, tensor_of, value_of)
 from .shortcuts import attention_modules, package
 
-DEVICE_HINT = ("Build new tensors from the inputs (torch.cat, repeat_interleave, the module's layers): a tensor "
+DEVICE_HINT = ("Build new tensors from the inputs (torch.cat, expand, the module's layers): a tensor "
                "made anew (torch.zeros, torch.tensor) lands on the CPU unless you pass its device.")
 
 
@@ -60,9 +62,26 @@ def reference_expand(kv: torch.Tensor, num_heads: int) -> torch.Tensor:
     return kv.repeat_interleave(num_heads // kv.shape[1], dim=1)  # (B, h, T, d_h)
 
 
+def _names_in_code(fn) -> set[str]:
+    """The names a function's code refers to (functions and methods it calls among them), with the functions
+    defined inside it: what it was written with, read without running it."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    found, codes = set(), [code] if code else []
+    while codes:
+        code = codes.pop()
+        found.update(code.co_names)
+        codes.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
+    return found
+
+
+#: The record key that says whether 6.1's answer called repeat_interleave, the listing's own way.
+REPEAT_INTERLEAVE_KEY = "called repeat_interleave"
+
+
 def _probe_expand(expand_kv_heads, rec: Recorder) -> None:
     for key in EXPAND_CASES:
         rec.call(key, expand_kv_heads, *expand_case(rec.seed, key))
+    rec.note(REPEAT_INTERLEAVE_KEY, "repeat_interleave" in _names_in_code(expand_kv_heads))
     kv, num_heads = expand_case(rec.seed, "grouped")
     probe_on_devices(rec, "on", lambda device: expand_kv_heads(kv.to(device), num_heads))
 
@@ -97,6 +116,14 @@ def _readable_values(record):
                      f"({call})", show(got))
 
 
+def _no_repeat_interleave(record):
+    if plain(record.get(REPEAT_INTERLEAVE_KEY)):
+        raise Failed("a way of your own, without repeat_interleave", "a call to repeat_interleave",
+                     "repeat_interleave is the chapter's listing, line for line: the exercise asks for another way. "
+                     "Work out where a new axis of size num_heads // num_kv_groups must go so that each key/value "
+                     "head's copies come right after it; expand stretches an axis of size 1 without copying.")
+
+
 def _expand_like(fn, keys=("readable", "grouped")):
     """A detector: on every case of ``keys`` the answer returned ``fn(kv, num_heads)``."""
     def detect(record):
@@ -125,13 +152,14 @@ EXPAND = Exercise(
         Check("multi-query: one key/value head for every query head", _expand_check("multi-query")),
         Check("multi-head: as many key/value heads as query heads", _expand_check("multi-head")),
         Check("output on the input's device", device_check("on", "expand_kv_heads", DEVICE_HINT)),
+        Check("written without repeat_interleave", _no_repeat_interleave),
     ),
     mistakes=(
         Mistake("repeat",
                 "You tiled the key/value heads (KV1 KV2 KV1 KV2 ...), which is what Tensor.repeat does: the "
                 "second query head then reads the second key/value head, although it belongs to the "
                 "first group. Each key/value head serves the num_heads // num_kv_groups CONSECUTIVE query heads of its "
-                "group (KV1 KV1 KV2 KV2 ...): kv.repeat_interleave(num_heads // kv.shape[1], dim=1).",
+                "group (KV1 KV1 KV2 KV2 ...): each key/value head's copies must come right after it.",
                 _expand_like(lambda kv, h: kv.repeat(1, h // kv.shape[1], 1, 1))),
         Mistake("repeated-num-heads",
                 "You repeated every key/value head num_heads times, which gives num_kv_groups * num_heads "
@@ -145,25 +173,25 @@ EXPAND = Exercise(
                 _expand_like(lambda kv, h: kv.repeat_interleave(kv.shape[1], dim=1), keys=("grouped",))),
         Mistake("token-axis",
                 "You repeated along the token axis (dim=2). The heads are axis 1 of "
-                "(batch, num_kv_groups, num_tokens, head_dim): repeat_interleave(..., dim=1).",
+                "(batch, num_kv_groups, num_tokens, head_dim): repeat them along that axis.",
                 _expand_like(lambda kv, h: kv.repeat_interleave(h // kv.shape[1], dim=2))),
         Mistake("feature-axis",
                 "You repeated along the last axis, the head's features (dim=-1). The heads are axis 1 of "
-                "(batch, num_kv_groups, num_tokens, head_dim): repeat_interleave(..., dim=1).",
+                "(batch, num_kv_groups, num_tokens, head_dim): repeat them along that axis.",
                 _expand_like(lambda kv, h: kv.repeat_interleave(h // kv.shape[1], dim=-1))),
         Mistake("expand-one-group",
                 "Tensor.expand stretches only an axis of size 1, so it works for multi-query attention "
-                "(one key/value head) and fails for more. Either repeat_interleave along dim 1, or give "
-                "each group a new axis of size 1 to stretch: kv[:, :, None].expand(B, g, r, T, d_h) "
-                "reshaped to (B, g * r, T, d_h).",
+                "(one key/value head) and fails for more. Give each key/value head a new axis of size 1 "
+                "to stretch, right after the head axis, then fold the two axes into one with reshape.",
                 _expand_only_for_one_group),
         Mistake("index-on-cpu",
                 "Your tensor of head indices was made on the CPU (torch.arange without a device), while kv "
                 "may be on a GPU, which refuses to index with it in index_select or gather. Make it where "
-                "kv is: torch.arange(num_heads, device=kv.device), or use kv.repeat_interleave.",
+                "kv is: torch.arange(num_heads, device=kv.device).",
                 lambda record: bool(plain(record.get("on@meta:mixed"))), ("output on the input's device",)),
     ),
-    shortcuts=(),  # the module repeats inline: the package has no function of its own to refuse
+    # The module repeats inline, with repeat_interleave: the last check refuses that call, not a package function.
+    shortcuts=(),
 )
 
 # ----------------------------------------------------------------------------------------------

@@ -213,6 +213,20 @@ def _any_order(record) -> bool:
     return any(_like(order=order)(record) for order in orders)
 
 
+def _c_attn_misplaced(record) -> bool:
+    """``c_attn.weight`` has Conv1D's shape and holds exactly mha's query, key and value numbers, but not
+    where GPT-2 reads them: the same numbers, moved (a transpose left out, the roles in another order, a
+    ``view`` where a transpose belongs, or several of these at once)."""
+    got = plain(record.get("small_call"))
+    if not isinstance(got, dict) or not isinstance(got.get("c_attn.weight"), torch.Tensor):
+        return False
+    weight = got["c_attn.weight"]
+    expected = state_variant(course_module(seed_of(record), "small"))["c_attn.weight"]
+    if weight.shape != expected.shape or weight.dtype != expected.dtype or same(weight, expected):
+        return False
+    return torch.equal(weight.detach().flatten().sort().values, expected.flatten().sort().values)
+
+
 def _names_are(test):
     def detect(record):
         got = plain(record.get("small_call"))
@@ -294,6 +308,13 @@ MAPPING = Exercise(
                 "them). GPT-2 keeps all queries first, then all keys, then all values: three blocks of "
                 "d_out columns.",
                 _like(per_head=True)),
+        Mistake("c-attn-layout",
+                "c_attn.weight has the right shape and holds mha's query, key and value weights, but not where "
+                "GPT-2 reads them. The likely cause: a weight not transposed for GPT-2's Conv1D, which wants "
+                "(d_in, d_out) where nn.Linear stores (d_out, d_in) (with d_in = d_out both shapes fit), or "
+                "the three joined in another order than query, key, value, or .view/.reshape where a "
+                ".T belongs. Join the three transposed weights along the columns, queries first.",
+                _c_attn_misplaced),
     ),
     shortcuts=package(from_gpt2_attention,
                       why="This is the package's conversion, the other way: work the mapping out yourself."),
