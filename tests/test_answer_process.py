@@ -173,7 +173,9 @@ def test_closing_an_answer_process_ends_what_it_started_in_a_session_of_its_own(
         send(process.connection, {"cells": [], "answers": [("1.1", "daemon")]})
         for expected in [("replayed", []), ("start", "1.1"), ("record", "1.1", {"answer": "daemon"})]:
             assert process.next(time.monotonic() + START) == expected
-        daemons = _daemons(marker)
+        deadline = time.monotonic() + START  # its command line can show a moment after its parent goes on
+        while not (daemons := _daemons(marker)) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert daemons, "the daemon did not start"
     finally:
         process.close()
