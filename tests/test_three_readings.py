@@ -19,7 +19,7 @@ import nbformat
 import pytest
 from markdown_it import MarkdownIt
 
-from book_pages import NOTEBOOKS, REPO, source_of
+from book_pages import DOCNAMES, NOTEBOOKS, REPO, source_of
 
 from mha_course.edition.bibliography import author_year, read_bib
 from mha_course.edition.student import (dropped_cells, exercises_start, has_solution, needed_later,
@@ -74,6 +74,39 @@ def test_the_books_notebook_has_no_myst_jupyter_would_show_raw(docname):
     assert not left, f"{docname}: MyST that JupyterLab shows as raw text: {left[:5]}"
     assert not any(c.metadata.get("mystnb", {}).get("figure") for c in notebook.cells), (
         f"{docname}: a figure caption in cell metadata, which Jupyter does not show: write it in Markdown")
+
+
+def _swallowed(text: str) -> list[str]:
+    """Lines of ``text`` that CommonMark puts inside a block quote though they do not start with ``>``.
+
+    A paragraph line right after a ``>`` line continues the quote ("lazy continuation"): the sentence
+    meant to follow a warning box ends up inside it. A blank line ends the quote.
+    """
+    lines = text.splitlines()
+    found = []
+    for token in RENDERER.parse(text):
+        if token.type == "blockquote_open" and token.map:
+            start, end = token.map
+            found += [lines[n].strip() for n in range(start, end)
+                      if lines[n].strip() and not lines[n].lstrip().startswith(">")]
+    return found
+
+
+def test_swallowed_finds_a_sentence_after_a_block_quote():
+    assert _swallowed("> **Warning.** careful.\nThe next sentence.") == ["The next sentence."]
+    assert _swallowed("> **Warning.** careful.\n> still the warning.\n\nThe next sentence.") == []
+
+
+@pytest.mark.parametrize("docname", DOCNAMES)
+def test_no_paragraph_is_swallowed_by_the_block_quote_before_it(docname):
+    path = source_of(docname)
+    if path.suffix == ".ipynb":
+        sources = _markdown(nbformat.read(path, as_version=4))
+    else:
+        sources = [path.read_text(encoding="utf-8")]
+    swallowed = [line for text in sources for line in _swallowed(text)]
+    assert not swallowed, (f"{docname}: a line right after a '>' line joins the block quote; "
+                           f"put a blank line before it: {swallowed[:5]}")
 
 
 @pytest.mark.book
