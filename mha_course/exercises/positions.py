@@ -304,8 +304,9 @@ PADDED = Exercise(
     mistakes=(
         Mistake("masked-queries",
                 "You masked the rows of the padded queries, not the columns of the padded keys: a real token "
-                "still reads the padding. attention_mask says which KEYS exist: ~mask[:, None, None, :] "
-                "(batch, 1, 1, keys) broadcasts over heads and queries.",
+                "still reads the padding. attention_mask says which KEYS exist (1 real, 0 padding): "
+                "(attention_mask == 0)[:, None, None, :], True where a key is padding, (batch, 1, 1, keys), "
+                "broadcasts over heads and queries.",
                 _masked_queries),
         Mistake("no-padding-mask",
                 "The real tokens read the padding: only the causal mask was applied. Hide the keys where "
