@@ -9,8 +9,6 @@ uses it (6.1, which asks for another way and refuses ``repeat_interleave``), the
 from __future__ import annotations
 
 import copy
-import inspect
-import types
 
 import torch
 
@@ -19,6 +17,7 @@ from ..attention.grouped_query import GroupedQueryAttention
 from ..attention.heads import merge_heads, split_heads
 from ..attention.kv_cache import KVCache
 from .framework import Check, Exercise, Mistake
+from .guard import names_in
 from .probes import agrees, case_seed, chooser, device_check, error_on_device, generator, probe_on_devices
 from .records import (Failed, Recorder, describe, expect_close, expect_shape, format_shape, int_of, number, number_text, plain,
                       raised, same, seed_of, tensor_of, value_of)
@@ -62,18 +61,6 @@ def reference_expand(kv: torch.Tensor, num_heads: int) -> torch.Tensor:
     return kv.repeat_interleave(num_heads // kv.shape[1], dim=1)  # (B, h, T, d_h)
 
 
-def _names_in_code(fn) -> set[str]:
-    """The names a function's code refers to (functions and methods it calls among them), with the functions
-    defined inside it: what it was written with, read without running it."""
-    code = getattr(inspect.unwrap(fn), "__code__", None)
-    found, codes = set(), [code] if code else []
-    while codes:
-        code = codes.pop()
-        found.update(code.co_names)
-        codes.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
-    return found
-
-
 #: The record key that says whether 6.1's answer called repeat_interleave, the listing's own way.
 REPEAT_INTERLEAVE_KEY = "called repeat_interleave"
 
@@ -81,7 +68,7 @@ REPEAT_INTERLEAVE_KEY = "called repeat_interleave"
 def _probe_expand(expand_kv_heads, rec: Recorder) -> None:
     for key in EXPAND_CASES:
         rec.call(key, expand_kv_heads, *expand_case(rec.seed, key))
-    rec.note(REPEAT_INTERLEAVE_KEY, "repeat_interleave" in _names_in_code(expand_kv_heads))
+    rec.note(REPEAT_INTERLEAVE_KEY, "repeat_interleave" in names_in(expand_kv_heads))
     kv, num_heads = expand_case(rec.seed, "grouped")
     probe_on_devices(rec, "on", lambda device: expand_kv_heads(kv.to(device), num_heads))
 

@@ -111,6 +111,12 @@ def _code_objects(target: Any) -> Iterable[types.CodeType]:
                 yield from _code_objects(member)
 
 
+def names_in(target: Any) -> set[str]:
+    """The names the code of ``target`` refers to (the functions and methods it calls among them), with
+    the code defined inside it: what it was written with, read without running it."""
+    return {name for code in _code_objects(target) for nested in _nested(code) for name in nested.co_names}
+
+
 def _builtins_of(target: Any) -> list:
     """What the profile function is shown when a builtin target is called: itself, or for a
     ``torch.ops.aten`` operator the builtin behind it and behind each of its overloads."""
