@@ -18,6 +18,7 @@ many fixed seeds.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import io
 import marshal
@@ -445,6 +446,41 @@ def test_check_never_raises_and_prints_one_line(exercise_id, answer, capsys):
     assert out.out == result.line + "\n" and out.out.count("\n") == 1
     assert out.err == ""
     assert result.line.startswith(f"✗ {exercise_id}: ")
+
+
+def _stack_depth() -> int:
+    frame, depth = sys._getframe(1), 0
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1
+    return depth
+
+
+class _Cycle:
+    """Garbage only the cycle collector frees; its finaliser notes how deep the stack was."""
+
+    depths: list[int] = []
+
+    def __init__(self):
+        self.me = self
+
+    def __del__(self):
+        _Cycle.depths.append(_stack_depth())
+
+
+def _recurses_leaving_garbage(*args, **kwargs):
+    _Cycle()
+    return _recurses_leaving_garbage(*args, **kwargs)
+
+
+def test_no_finaliser_runs_at_the_bottom_of_a_runaway_recursion():
+    # Left running, the collector would free these cycles at every depth down to the recursion
+    # limit, where a finaliser fails for want of stack ("Exception ignored in ...").
+    _Cycle.depths.clear()
+    depth = _stack_depth()
+    assert run_check("3.3", _recurses_leaving_garbage).status == "failed"
+    gc.collect()
+    assert _Cycle.depths, "the answer left no garbage: the test tests nothing"
+    assert max(_Cycle.depths) < depth + 50, (depth, max(_Cycle.depths))
 
 
 def test_check_leaves_the_random_state_grad_mode_and_profiler_alone():

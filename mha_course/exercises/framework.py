@@ -25,6 +25,7 @@ notebook's answers live and the judge in its own process, which never ran any no
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import os
 import secrets
@@ -180,12 +181,26 @@ class CheckResult:
 
 
 @contextlib.contextmanager
+def _collector_paused():
+    """Pause Python's cycle collector: an answer that recurses without end would otherwise let it
+    run some other object's finaliser at the recursion limit, which then fails for want of stack
+    ("Exception ignored in ..."). What the collector finds is collected after the answer returns."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+@contextlib.contextmanager
 def _isolated():
     """Run learner code without printing, warning or moving the caller's random state."""
     sink = io.StringIO()
     with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with torch.random.fork_rng(devices=[]), torch.enable_grad():
+        with torch.random.fork_rng(devices=[]), torch.enable_grad(), _collector_paused():
             torch.manual_seed(0)
             yield
 
