@@ -226,6 +226,21 @@ def test_an_optional_aside_is_folded_and_says_so_in_every_reading(docname):
                 f"{docname}: an aside's cell that JupyterLab shows unfolded: {cell.source[:60]}")
 
 
+@pytest.mark.parametrize("docname", NOTEBOOKS)
+def test_what_the_html_hides_is_folded_in_jupyterlab(docname):
+    """On the book's own notebooks, a cell the HTML leaves out (remove-cell: a hidden check) is folded whole in
+    JupyterLab, and one whose code the HTML hides (hide-input: a figure's code; remove-input: a listing's call)
+    shows its output under a folded input, as the set-up page promises."""
+    for cell in nbformat.read(source_of(docname), as_version=4).cells:
+        tags = set(cell.metadata.get("tags", []))
+        jupyter = cell.metadata.get("jupyter", {})
+        if cell.cell_type == "code" and "remove-cell" in tags:
+            assert jupyter.get("source_hidden") and jupyter.get("outputs_hidden"), (
+                f"{docname}: a hidden check shows in JupyterLab: {cell.source[:60]}")
+        elif cell.cell_type == "code" and tags & {"hide-input", "remove-input"}:
+            assert jupyter.get("source_hidden"), f"{docname}: code the HTML hides shows in JupyterLab: {cell.source[:60]}"
+
+
 def test_the_chapters_have_asides():
     """Guards the test above against passing on a book with no aside left to check."""
     asides = sum('<details class="aside">' in cell.source or "hide-output" in cell.metadata.get("tags", [])
