@@ -35,12 +35,15 @@ def sdpa_attention(mha, x):
     return mha.out_proj(context.transpose(1, 2).reshape(b, t, mha.d_out))
 
 
-def _sdpa(causal="is_causal", heads=True, merge=True, out_proj=True, scale=None, dropout="mode"):
+def _sdpa(causal="is_causal", heads=True, merge=True, out_proj=True, scale=None, dropout="mode", split=True):
     def forward(mha, x):
         b, t, _ = x.shape
         h = mha.num_heads if heads else 1
         projected = [layer(x) for layer in (mha.W_query, mha.W_key, mha.W_value)]
-        q, k, v = (p.view(b, t, h, -1).transpose(1, 2) for p in projected) if heads else projected
+        if heads and not split:  # the heads' axis viewed where it should end up, no transpose
+            q, k, v = (p.view(b, h, t, -1) for p in projected)
+        else:
+            q, k, v = (p.view(b, t, h, -1).transpose(1, 2) for p in projected) if heads else projected
         p = {"mode": mha.dropout.p if mha.training else 0.0, "never": 0.0, "always": mha.dropout.p}[dropout]
         options = {"is_causal": {"is_causal": True}, "none": {},
                    "mask": {"attn_mask": torch.triu(torch.ones(t, t, dtype=torch.bool, device=x.device), 1)}}[causal]
@@ -69,6 +72,7 @@ WRONG = {
     ("4.2", "mask-meaning"): _sdpa(causal="mask"),
     ("4.2", "one-head"): _sdpa(heads=False),
     ("4.2", "scale-d-out"): _sdpa(scale=lambda mha: mha.d_out**-0.5),
+    ("4.2", "split-without-transpose"): _sdpa(split=False),
     ("4.2", "merge-without-transpose"): _sdpa(merge=False),
     ("4.2", "no-out-proj"): _sdpa(out_proj=False),
     ("4.2", "dropout-never"): _sdpa(dropout="never"),

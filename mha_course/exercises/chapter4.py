@@ -233,16 +233,21 @@ def _dropout_eval(record):
 
 
 def fused_variant(mha: MultiHeadAttention, x: torch.Tensor, *, causal: str = "is_causal", heads: bool = True,
-                  merge: str = "heads", out_proj: bool = True, scale: float | None = None) -> torch.Tensor:
+                  split: str = "heads", merge: str = "heads", out_proj: bool = True,
+                  scale: float | None = None) -> torch.Tensor:
     """The fused forward pass written out with a chosen mistake; the defaults give the right output
     (in eval mode). ``causal`` is ``"is_causal"``, ``"none"`` or ``"mask-as-is"`` (the course's
-    mask passed as ``attn_mask``, where ``True`` means *take part*)."""
+    mask passed as ``attn_mask``, where ``True`` means *take part*); ``split`` is ``"heads"``,
+    ``"no-transpose"`` (tokens left before heads) or ``"view-as-heads"`` (viewed as (B, h, T, d_h))."""
     b, t, _ = x.shape
     h = mha.num_heads if heads else 1
     d_h = mha.d_out // h
 
     def to_heads(p):
-        return p.view(b, t, h, d_h).transpose(1, 2)  # (B, h, T, d_h)
+        if split == "view-as-heads":
+            return p.view(b, h, t, d_h)
+        heads_second = p.view(b, t, h, d_h)
+        return heads_second if split == "no-transpose" else heads_second.transpose(1, 2)  # (B, h, T, d_h)
 
     q, k, v = (to_heads(layer(x)) for layer in (mha.W_query, mha.W_key, mha.W_value))
     options = {"is_causal": {"is_causal": True}, "none": {},
@@ -259,6 +264,11 @@ def _fused_like(**how):
         with torch.no_grad():
             return same(record["main"]["value"], fused_variant(fused_module(seed, "main").eval(), x, **how))
     return detect
+
+
+def _split_without_transpose(record) -> bool:
+    return any(_fused_like(split=split, merge=merge)(record)
+               for split in ("no-transpose", "view-as-heads") for merge in ("heads", "no-transpose"))
 
 
 def _scale_d_out(record) -> bool:
@@ -306,6 +316,11 @@ FUSED = Exercise(
                 "You passed scale=1/sqrt(d_out). The fused call scales by 1/sqrt(head_dim), the width of "
                 "the last axis it is given, which is what each head needs: leave scale out.",
                 _scale_d_out),
+        Mistake("split-without-transpose",
+                "Your split leaves the tokens' axis before the heads' (or views (B, T, d_out) straight as "
+                "(B, num_heads, T, head_dim), which cuts tokens apart): the fused call attends over its "
+                "third axis. Split with view(B, T, num_heads, head_dim) and then transpose(1, 2).",
+                _split_without_transpose),
         Mistake("merge-without-transpose",
                 "The merge reshapes (B, num_heads, T, head_dim) straight to (B, T, d_out), which mixes "
                 "tokens into one row. Transpose first: context.transpose(1, 2).contiguous().view(B, T, d_out).",

@@ -116,6 +116,10 @@ def ablated(model: TinyAttentionModel, head: int, how: str = "columns") -> TinyA
             attention.out_proj.weight[:, own] = 0
         elif how == "rows":
             attention.out_proj.weight[own, :] = 0
+        elif how == "from-one":  # heads counted from 1: head 0 owns no columns, head 1 gets head 0's
+            attention.out_proj.weight[:, (head - 1) * d_h:head * d_h] = 0
+        elif how == "not-scaled":  # the slice starts at head, not head * head_dim
+            attention.out_proj.weight[:, head:head + d_h] = 0
         elif how == "interleaved":
             attention.out_proj.weight[:, head::h] = 0
         elif how == "queries":
@@ -238,6 +242,14 @@ ABLATION = Exercise(
                 "The head's values come from the ROWS head*head_dim to (head+1)*head_dim: zero "
                 "W_value.weight[head*head_dim:(head+1)*head_dim], or the same columns of out_proj.weight.",
                 _like(how="value-columns")),
+        Mistake("from-one",
+                "You counted heads from 1: head is counted from 0 here, as in code, so head 0 owns the "
+                "columns 0 to head_dim - 1 and head m the columns m*head_dim to (m+1)*head_dim - 1.",
+                _like(how="from-one")),
+        Mistake("not-scaled",
+                "Your slice starts at column head, not at head*head_dim: it cuts across two heads' columns. "
+                "Head m owns the columns m*head_dim to (m+1)*head_dim - 1.",
+                _like(how="not-scaled")),
         Mistake("interleaved",
                 "You zeroed every num_heads-th column. The head owns the neighbouring columns "
                 "head*head_dim to (head+1)*head_dim of the merged context.",
