@@ -69,6 +69,35 @@ def _with_bias(attention, head, d_h):
     attention.out_proj.bias.zero_()
 
 
+def accuracy_drop_by_a_hook(model, head, tokens, labels):
+    # Silences the head by a hook on out_proj's input, removed before returning.
+    d_h = model.attention.head_dim
+
+    def silence(module, inputs):
+        merged = inputs[0].clone()
+        merged[..., head * d_h:(head + 1) * d_h] = 0
+        return (merged,)
+    full = accuracy(model, tokens, labels)
+    handle = model.attention.out_proj.register_forward_pre_hook(silence)
+    try:
+        return full - accuracy(model, tokens, labels)
+    finally:
+        handle.remove()
+
+
+def _drop_by_a_hook_left_on(model, head, tokens, labels):
+    # Silences the head by a hook on out_proj's input, and never removes the hook.
+    full = accuracy(model, tokens, labels)
+    d_h = model.attention.head_dim
+
+    def silence(module, inputs):
+        merged = inputs[0].clone()
+        merged[..., head * d_h:(head + 1) * d_h] = 0
+        return (merged,)
+    model.attention.out_proj.register_forward_pre_hook(silence)
+    return full - accuracy(model, tokens, labels)
+
+
 def _drop_from_the_checks(model, head, tokens, labels):
     from mha_course.exercises import chapter5
 
@@ -78,7 +107,7 @@ def _drop_from_the_checks(model, head, tokens, labels):
 CORRECT = {"5.1": accuracy_drop}
 
 #: More correct answers, written differently.
-ALSO_CORRECT = {"5.1": [accuracy_drop_by_values]}
+ALSO_CORRECT = {"5.1": [accuracy_drop_by_values, accuracy_drop_by_a_hook]}
 
 WRONG = {
     ("5.1", "in-place"): _drop(_columns, in_place=True),
@@ -94,6 +123,7 @@ WRONG = {
     ("5.1", "accuracy-not-drop"): _drop(_columns, result="accuracy"),
     ("5.1", "position-zero-counted"): _drop(_columns, all_positions=True),
     ("5.1", "mode-changed"): _drop(_columns, train_original=True),
+    ("5.1", "hook-left"): _drop_by_a_hook_left_on,
 }
 
 #: Answers that are, or call, the package's own answer (or the checks' own): refused, naming what

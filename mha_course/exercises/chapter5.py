@@ -96,12 +96,17 @@ def _probe_ablation(accuracy_drop, rec: Recorder) -> None:
         model = trained_model(num_heads)
         before = {name: value.clone() for name, value in model.state_dict().items()}
         tokens, labels, _ = ablation_data(rec.seed, case)
+        with torch.no_grad():
+            outputs = model(tokens)
         rec.call(case, accuracy_drop, model, head, tokens, labels)
         after = model.state_dict()
         weights = all(torch.equal(after[name], value) for name, value in before.items())
         mode = not any(module.training for module in model.modules())
-        rec.note(f"{case} unchanged", weights and mode)
+        with torch.no_grad():  # a hook left registered changes what the model computes, not its weights
+            same_outputs = mode and torch.equal(model(tokens), outputs)
+        rec.note(f"{case} unchanged", weights and mode and same_outputs)
         rec.note(f"{case} weights unchanged", weights)
+        rec.note(f"{case} weights and mode unchanged", weights and mode)
 
 
 def ablated(model: TinyAttentionModel, head: int, how: str = "columns") -> TinyAttentionModel:
@@ -177,9 +182,10 @@ def _unchanged(record):
         value_of(record, case, _call(record, case))
         if not plain(record[f"{case} unchanged"]):
             weights = plain(record.get(f"{case} weights unchanged"))
-            raise Failed("the model passed in left as it was (weights and eval mode)",
-                         f"{'the same weights but training mode' if weights else 'changed weights'} after "
-                         f"{_call(record, case)}",
+            changed = ("the same weights and mode but other outputs" if plain(record.get(f"{case} weights and mode unchanged"))
+                       else "the same weights but training mode" if weights else "changed weights")
+            raise Failed("the model passed in left as it was (weights, eval mode and outputs)",
+                         f"{changed} after {_call(record, case)}",
                          "Knock the head out of a copy (copy.deepcopy(model)) and leave the model you were given alone.")
 
 
@@ -222,7 +228,16 @@ ABLATION = Exercise(
                 "mode (model.train(), or a helper that calls it), so whatever uses the model next runs it "
                 "in that mode. Leave the mode as it was: knock the head out of a copy and score the copy, "
                 "or call model.eval() again before returning.",
-                lambda record: any(plain(record.get(f"{c} weights unchanged")) and not plain(record[f"{c} unchanged"])
+                lambda record: any(plain(record.get(f"{c} weights unchanged"))
+                                   and not plain(record.get(f"{c} weights and mode unchanged"))
+                                   for c in ablation_cases(seed_of(record))),
+                (_UNCHANGED,)),
+        Mistake("hook-left",
+                "Your function left the model's weights and mode as they were, but the model computes something "
+                "else afterwards: a hook you registered is still on it (or a method was replaced). Remove it "
+                "when you are done (handle = module.register_forward_hook(...); ...; handle.remove()), or "
+                "knock the head out of a copy.",
+                lambda record: any(plain(record.get(f"{c} weights and mode unchanged")) and not plain(record[f"{c} unchanged"])
                                    for c in ablation_cases(seed_of(record))),
                 (_UNCHANGED,)),
         Mistake("in-place",
