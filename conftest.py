@@ -38,7 +38,9 @@ def pytest_configure(config):
 
 class BrowserTogether:
     """pytest-xdist's ``loadfile``, but with tests/browser/ as one unit of work (pytest-xdist's
-    ``pytest_xdist_make_scheduler`` hook)."""
+    ``pytest_xdist_make_scheduler`` hook). pytest-xdist's own ``loadgroup`` would do it with ``xdist_group``
+    marks, but under pytest 9 (3.8.0) it groups nothing: it renames ``item._nodeid``, which pytest 9 no longer
+    reads."""
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_xdist_make_scheduler(self, config, log):
