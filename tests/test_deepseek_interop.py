@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from deepseek_layers import FLOAT32, YARN, additive
 
 from mha_course import KVCache, MultiHeadLatentAttention, UnsupportedConfigError, from_deepseek_v3_attention
 
@@ -23,11 +24,6 @@ from transformers.models.deepseek_v3.modeling_deepseek_v3 import (  # noqa: E402
     DeepseekV3RotaryEmbedding,
 )
 
-#: The issue's bound for float32: the two differ in the order of their sums only.
-FLOAT32 = {"rtol": 2e-5, "atol": 2e-5}
-
-YARN = {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "original_max_position_embeddings": 16,
-        "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
 ROPES = {
     "default": {"rope_type": "default", "rope_theta": 1e4},
     "yarn": YARN,  # DeepSeek-V3's: mscale == mscale_all_dim, cos and sin unscaled
@@ -52,14 +48,6 @@ def deepseek(rope="yarn", q_lora_rank=None, interleave=True, bias=False, seed=0,
 
 def inputs(batch=2, tokens=7, seed=1):
     return torch.randn(batch, tokens, 64, generator=torch.Generator().manual_seed(seed))
-
-
-def additive(real: torch.Tensor, num_new: int) -> torch.Tensor:
-    """transformers' mask for the last ``num_new`` of ``real``'s positions: 0 to see, the dtype's min not to."""
-    total = real.shape[1]
-    rows = torch.arange(total - num_new, total)[:, None]
-    hidden = (torch.arange(total) > rows) | (real[:, None, None, :] == 0)  # (B, 1, T, S)
-    return torch.zeros(hidden.shape).masked_fill(hidden, torch.finfo(torch.float32).min)
 
 
 def theirs(attention, x, positions, real=None, cache=None):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from deepseek_layers import FLOAT32, YARN, additive
 
 from mha_course import (KVCache, SparseLatentAttention, UnsupportedConfigError, causal_mask,
                         from_deepseek_v32_attention)
@@ -26,10 +27,6 @@ from transformers.models.deepseek_v32.modeling_deepseek_v32 import (  # noqa: E4
     DeepseekV32RotaryEmbedding,
 )
 
-FLOAT32 = {"rtol": 2e-5, "atol": 2e-5}
-
-YARN = {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "original_max_position_embeddings": 16,
-        "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
 ROPES = {
     "default": {"rope_type": "default", "rope_theta": 1e4},
     "yarn": YARN,
@@ -54,14 +51,6 @@ def deepseek(rope="yarn", index_heads=16, topk=3, bias=False, seed=0, **settings
 
 def inputs(batch=2, tokens=9, seed=1):
     return torch.randn(batch, tokens, 64, generator=torch.Generator().manual_seed(seed))
-
-
-def additive(real: torch.Tensor, num_new: int) -> torch.Tensor:
-    """transformers' mask for the last ``num_new`` of ``real``'s positions: 0 to see, the dtype's min not to."""
-    total = real.shape[1]
-    rows = torch.arange(total - num_new, total)[:, None]
-    hidden = (torch.arange(total) > rows) | (real[:, None, None, :] == 0)  # (B, 1, T, S)
-    return torch.zeros(hidden.shape).masked_fill(hidden, torch.finfo(torch.float32).min)
 
 
 def theirs(attention, x, positions, real=None, cache=None):
