@@ -19,7 +19,7 @@ from ..attention.kv_cache import KVCache
 from .framework import Check, Exercise, Mistake
 from .guard import names_in
 from .probes import agrees, case_seed, chooser, device_check, error_on_device, generator, probe_on_devices
-from .records import (Failed, Recorder, describe, expect_close, expect_shape, format_shape, int_of, number, number_text, plain,
+from .records import (Failed, Recorder, describe, expect_close, expect_close_from, expect_shape, format_shape, int_of, number, number_text, plain,
                       raised, same, seed_of, tensor_of, value_of)
 from .shortcuts import attention_modules, package
 
@@ -295,10 +295,7 @@ def _step_part(index: int, key: str, name: str, labels: tuple[str, ...]):
     """The check of part ``index`` of the answer (0 the output, 1 the keys, 2 the values) on case ``key``."""
     def run(record):
         parts, (gqa, x, cached) = _step_parts(record, key)
-        try:
-            expect_close(parts[index], step_expected(gqa, x, cached)[index], labels=labels)
-        except Failed as failure:
-            raise Failed(f"{name} {failure.expected} from {_step_call(gqa, x, cached)}", failure.got) from None
+        expect_close_from(parts[index], step_expected(gqa, x, cached)[index], _step_call(gqa, x, cached), labels, name)
     return run
 
 

@@ -22,7 +22,7 @@ from ..attention.sinks import softmax_with_sinks
 from ..attention.sparse import LightningIndexer, SparseLatentAttention, keep_top_k
 from .framework import Check, Exercise, Mistake
 from .probes import chooser, device_check, generator, probe_on_devices
-from .records import Failed, Recorder, describe, expect_close, format_shape, plain, same, seed_of, value_of
+from .records import Failed, Recorder, describe, expect_close_from, format_shape, plain, same, seed_of, value_of
 from .shortcuts import package
 
 # ----------------------------------------------------------------------------------------------
@@ -104,10 +104,8 @@ def _context(record, key: str) -> torch.Tensor:
 def _sinks_check(key: str):
     def run(record):
         got = _context(record, key)
-        try:
-            expect_close(got, reference_sinks(*sink_case(seed_of(record), key)), labels=("sequence", "head", "token"))
-        except Failed as failure:
-            raise Failed(f"{failure.expected} from {_describe_sinks(seed_of(record), key)}", failure.got) from None
+        expect_close_from(got, reference_sinks(*sink_case(seed_of(record), key)), _describe_sinks(seed_of(record), key),
+                          ("sequence", "head", "token"))
     return run
 
 
@@ -225,10 +223,8 @@ def _mask(record, key: str) -> torch.Tensor:
 def _topk_check(key: str):
     def run(record):
         got = _mask(record, key)
-        try:
-            expect_close(got, reference_topk(*topk_case(seed_of(record), key)), labels=("sequence", "query"))
-        except Failed as failure:
-            raise Failed(f"{failure.expected} from {_describe_topk(seed_of(record), key)}", failure.got) from None
+        expect_close_from(got, reference_topk(*topk_case(seed_of(record), key)), _describe_topk(seed_of(record), key),
+                          ("sequence", "query"))
     return run
 
 

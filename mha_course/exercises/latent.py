@@ -28,7 +28,7 @@ from ..attention.rotary import RotaryEmbedding
 from ..cost import latent_multiply_adds
 from .framework import Check, Exercise, Mistake
 from .probes import case_seed, chooser, device_check, generator, probe_devices, probe_on_devices
-from .records import Failed, Recorder, describe, expect_close, format_shape, plain, same, seed_of, value_of
+from .records import Failed, Recorder, describe, expect_close_from, format_shape, plain, same, seed_of, value_of
 from .shortcuts import package
 
 #: The cases of both exercises: a small readable layer, a prompt after a cache with biases and a
@@ -149,11 +149,7 @@ def _compress_check(key: str, roles: tuple[int, ...] = (0, 1)):
         layer, x_all, start = latent_case(seed_of(record), key)
         expected = [t[..., start:, :] for t in reference_compress(layer, x_all)]
         for i in roles:
-            try:
-                expect_close(got[i], expected[i], labels=labels[i])
-            except Failed as failure:
-                raise Failed(f"{names[i]} {failure.expected} from {_describe(seed_of(record), key, 'compress')}",
-                             failure.got) from None
+            expect_close_from(got[i], expected[i], _describe(seed_of(record), key, 'compress'), labels[i], names[i])
     return run
 
 
@@ -242,11 +238,8 @@ def _scores_got(record, key: str) -> torch.Tensor:
 def _scores_check(key: str):
     def run(record):
         got = _scores_got(record, key)
-        try:
-            expect_close(got, scores_variant(*_inputs(seed_of(record), key)), labels=("sequence", "head", "token"))
-        except Failed as failure:
-            raise Failed(f"{failure.expected} from {_describe(seed_of(record), key, 'absorbed_scores')}",
-                         failure.got) from None
+        expect_close_from(got, scores_variant(*_inputs(seed_of(record), key)),
+                          _describe(seed_of(record), key, "absorbed_scores"), ("sequence", "head", "token"))
     return run
 
 

@@ -22,7 +22,7 @@ from ..attention.masking import causal_mask, with_padding
 from ..attention.rotary import RotaryEmbedding, inverse_frequencies, rotate_half
 from .framework import Check, Exercise, Mistake
 from .probes import chooser, device_check, generator, probe_on_devices
-from .records import Failed, Recorder, describe, expect_close, format_shape, plain, same, seed_of, value_of
+from .records import Failed, Recorder, describe, expect_close, expect_close_from, format_shape, plain, same, seed_of, value_of
 from .shortcuts import package
 
 # ----------------------------------------------------------------------------------------------
@@ -110,11 +110,8 @@ def _rotate_check(key: str, roles: tuple[int, ...] = (0, 1, 2)):
         got = _three(record, key)
         expected = reference_rotation(*rotate_case(seed_of(record), key))
         for i in roles:
-            try:
-                expect_close(got[i], expected[i], labels=("sequence", "head", "token"))
-            except Failed as failure:
-                raise Failed(f"{names[i]} {failure.expected} from {_describe_rotate(seed_of(record), key)}",
-                             failure.got) from None
+            expect_close_from(got[i], expected[i], _describe_rotate(seed_of(record), key), ("sequence", "head", "token"),
+                              names[i])
     return run
 
 

@@ -411,6 +411,24 @@ def expect_close(got: torch.Tensor, expected: torch.Tensor, labels: tuple[str, .
     raise Failed(f"{at} = {shown}{suffix}", seen)
 
 
+def expect_close_from(got: torch.Tensor, expected: torch.Tensor, call: str, labels: tuple[str, ...] = ("row",),
+                      name: str = "") -> None:
+    """:func:`expect_close`, its expected side ending with ``from <call>``, the call that gave ``got``, and
+    starting with ``name``, the part of the answer ``got`` is (``"new_state"``), if given.
+
+    Example:
+        >>> try:
+        ...     expect_close_from(torch.ones(2), torch.zeros(2), "f(2)", name="output")
+        ... except Failed as failed:
+        ...     print(failed.expected)
+        output [0.000, 0.000] from f(2)
+    """
+    try:
+        expect_close(got, expected, labels=labels)
+    except Failed as failure:
+        raise Failed(" ".join(filter(None, (name, failure.expected, f"from {call}"))), failure.got) from None
+
+
 def _window(agree: torch.Tensor, limit: int) -> int:
     """Where a shown stretch of ``limit`` entries starts so that it holds the first disagreement."""
     first = int((~agree.reshape(-1)).nonzero()[0]) if not bool(agree.all()) else 0

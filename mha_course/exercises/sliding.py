@@ -26,7 +26,7 @@ from ..attention.kv_cache import KVCache
 from ..attention.masking import causal_mask
 from .framework import Check, Exercise, Mistake
 from .probes import case_seed, chooser, device_check, generator, probe_devices, probe_on_devices
-from .records import Failed, Recorder, describe, expect_close, format_shape, plain, same, seed_of, tensor_of, \
+from .records import Failed, Recorder, describe, expect_close, expect_close_from, format_shape, plain, same, seed_of, tensor_of, \
     value_of
 from .shortcuts import package
 
@@ -92,10 +92,7 @@ def _mask_check(key: str):
             raise Failed(f"a bool tensor from {what}", f"a {got.dtype} tensor",
                          "Return True where a query may not look (a bool tensor), as the course's masks do.")
         num_tokens, window, start = mask_case(seed_of(record), key)
-        try:
-            expect_close(got, reference_mask(num_tokens, window, start), labels=("query",))
-        except Failed as failure:
-            raise Failed(f"{failure.expected} from {what}", failure.got) from None
+        expect_close_from(got, reference_mask(num_tokens, window, start), what, ("query",))
     return run
 
 

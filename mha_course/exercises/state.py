@@ -30,7 +30,7 @@ from ..attention.gated_deltanet import GatedDeltaNet
 from ..attention.linear import linear_attention_quadratic, linear_attention_recurrent
 from .framework import Check, Exercise, Mistake
 from .probes import chooser, device_check, generator, probe_on_devices
-from .records import Failed, Recorder, describe, expect_close, format_shape, plain, same, seed_of, value_of
+from .records import Failed, Recorder, describe, expect_close_from, format_shape, plain, same, seed_of, value_of
 from .shortcuts import package
 
 _PACKAGE_RULE = package(linear_attention_recurrent, linear_attention_quadratic, gated_delta_step, delta_rule_step,
@@ -89,10 +89,7 @@ def _linear_check(key: str):
     def run(record):
         what = _describe_linear(seed_of(record), key)
         expected = linear_attention_recurrent(*linear_case(seed_of(record), key))
-        try:
-            expect_close(_tensor(record, key, what), expected, labels=("sequence", "head", "token"))
-        except Failed as failure:
-            raise Failed(f"{failure.expected} from {what}", failure.got) from None
+        expect_close_from(_tensor(record, key, what), expected, what, ("sequence", "head", "token"))
     return run
 
 
@@ -201,10 +198,7 @@ def _pair_check(key: str, describe_case, reference, case, labels, roles=(1, 0)):
         what = describe_case(seed_of(record), key)
         got, expected = _pair(record, key, what), reference(*case(seed_of(record), key))
         for i in roles:
-            try:
-                expect_close(got[i], expected[i], labels=labels[i])
-            except Failed as failure:
-                raise Failed(f"{names[i]} {failure.expected} from {what}", failure.got) from None
+            expect_close_from(got[i], expected[i], what, labels[i], names[i])
     return run
 
 
