@@ -117,7 +117,7 @@ class NotebookRun:
             self.client = NotebookClient(
                 self.notebook, km=self.km, timeout=None, allow_errors=True, interrupt_on_timeout=False,
                 record_timing=False, startup_timeout=self.WARM_UP_TIMEOUT, log=_QUIET_LOG,  # errors go in the table
-                on_cell_executed=self._executed)
+                on_cell_executed=self._executed, shutdown_kernel="immediate")  # killed: no clean-up code of the notebook's runs
 
     def run(self, timeout: float, cell_timeout: float, then: Callable[[], None] = lambda: None) -> bool:
         """Run every code cell, ``then()`` once the kernel has started; shut it down; True if it started."""
