@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 import torch
@@ -112,6 +113,16 @@ CAUSAL_KINDS = KINDS + ["fast", "fast-explicit", "gqa-cached", "tiled"]
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _no_figure_left_open():
+    """Close every figure a test left open (one whose assertion failed before its close, too): a worker
+    that holds more than 20 warns on every figure after."""
+    yield
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:
+        pyplot.close("all")
 
 
 def on_a_thread(work, guard: float):
