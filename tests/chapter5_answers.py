@@ -113,6 +113,7 @@ WRONG = {
     ("5.1", "in-place"): _drop(_columns, in_place=True),
     ("5.1", "output-rows"): _drop(lambda a, h, d: a.out_proj.weight[h * d:(h + 1) * d].zero_()),
     ("5.1", "from-one"): _drop(lambda a, h, d: a.W_value.weight[(h - 1) * d:h * d].zero_()),
+    ("5.1", "next-head"): _drop(lambda a, h, d: a.out_proj.weight[:, (h + 1) * d:(h + 2) * d].zero_()),
     ("5.1", "not-scaled"): _drop(lambda a, h, d: a.W_value.weight[h:h + d].zero_()),
     ("5.1", "interleaved"): _drop(lambda a, h, d: a.out_proj.weight[:, h::a.num_heads].zero_()),
     ("5.1", "value-columns"): _drop(lambda a, h, d: a.W_value.weight[:, h * d:(h + 1) * d].zero_()),

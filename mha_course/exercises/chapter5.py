@@ -123,6 +123,8 @@ def ablated(model: TinyAttentionModel, head: int, how: str = "columns") -> TinyA
             attention.out_proj.weight[own, :] = 0
         elif how == "from-one":  # heads counted from 1: head 0 owns no columns, head 1 gets head 0's
             attention.out_proj.weight[:, (head - 1) * d_h:head * d_h] = 0
+        elif how == "next":  # the head after the one asked for (head + 1)
+            attention.out_proj.weight[:, (head + 1) * d_h:(head + 2) * d_h] = 0
         elif how == "not-scaled":  # the slice starts at head, not head * head_dim
             attention.out_proj.weight[:, head:head + d_h] = 0
         elif how == "interleaved":
@@ -261,6 +263,10 @@ ABLATION = Exercise(
                 "You counted heads from 1: head is counted from 0 here, as in code, so head 0 owns the "
                 "columns 0 to head_dim - 1 and head m the columns m*head_dim to (m+1)*head_dim - 1.",
                 _like(how="from-one")),
+        Mistake("next-head",
+                "You knocked out the head after the one asked for (head + 1): head is already counted from 0, "
+                "so head m owns the columns m*head_dim to (m+1)*head_dim - 1.",
+                _like(how="next")),
         Mistake("not-scaled",
                 "Your slice starts at column head, not at head*head_dim: it cuts across two heads' columns. "
                 "Head m owns the columns m*head_dim to (m+1)*head_dim - 1.",
