@@ -78,9 +78,9 @@ class FastMultiHeadAttention(nn.Module):
         self.d_in, self.d_out = args.d_in, args.d_out
         self.num_heads, self.head_dim = args.num_heads, args.head_dim
         self.context_length = args.context_length
-        # Rows [0, d_out) compute queries, [d_out, 2*d_out) keys and
-        # [2*d_out, 3*d_out) values; within each block head m (from 1) owns
-        # rows [(m-1)*head_dim, m*head_dim), as in MultiHeadAttention.
+        # qkv's output columns 0 to d_out - 1 are queries, the next d_out keys,
+        # the last d_out values; in each block head m (from 1) owns columns
+        # (m - 1) * head_dim to m * head_dim - 1, as in MultiHeadAttention.
         self.qkv = nn.Linear(self.d_in, 3 * self.d_out, bias=args.qkv_bias)
         self.out_proj = nn.Linear(self.d_out, self.d_out)
         self.dropout = nn.Dropout(args.dropout)
