@@ -125,6 +125,9 @@ def ablated(model: TinyAttentionModel, head: int, how: str = "columns") -> TinyA
             attention.out_proj.weight[:, (head - 1) * d_h:head * d_h] = 0
         elif how == "next":  # the head after the one asked for (head + 1)
             attention.out_proj.weight[:, (head + 1) * d_h:(head + 2) * d_h] = 0
+        elif how == "next-around":  # the same, the last head followed by the first
+            nxt = (head + 1) % h
+            attention.out_proj.weight[:, nxt * d_h:(nxt + 1) * d_h] = 0
         elif how == "not-scaled":  # the slice starts at head, not head * head_dim
             attention.out_proj.weight[:, head:head + d_h] = 0
         elif how == "interleaved":
@@ -266,7 +269,7 @@ ABLATION = Exercise(
         Mistake("next-head",
                 "You knocked out the head after the one asked for (head + 1): head is already counted from 0, "
                 "so head m owns the columns m*head_dim to (m+1)*head_dim - 1.",
-                _like(how="next")),
+                lambda record: _like(how="next")(record) or _like(how="next-around")(record)),
         Mistake("not-scaled",
                 "Your slice starts at column head, not at head*head_dim: it cuts across two heads' columns. "
                 "Head m owns the columns m*head_dim to (m+1)*head_dim - 1.",
