@@ -64,6 +64,8 @@ ALSO_CORRECT = {}
 
 WRONG = {
     ("4.1", "one-attention-product"): lambda t, d_in, d_out: t * t * d_out / (t * t * d_out + 3 * t * d_in * d_out + t * d_out**2),
+    ("4.1", "one-product-shared"): lambda t, d_in, d_out: t * t * d_out / (2 * t * t * d_out + 3 * t * d_in * d_out
+                                                                          + t * d_out**2),
     ("4.1", "no-out-proj"): lambda t, d_in, d_out: 2 * t * t * d_out / (2 * t * t * d_out + 3 * t * d_in * d_out),
     ("4.1", "ratio-not-share"): lambda t, d_in, d_out: 2 * t * t * d_out / (3 * t * d_in * d_out + t * d_out**2),
     ("4.1", "widths-swapped"): lambda t, d_in, d_out: attention_share(t, d_out, d_in),

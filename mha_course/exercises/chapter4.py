@@ -41,13 +41,15 @@ def share_cases(seed: int) -> dict[str, tuple[int, int, int]]:
 
 
 def share_variant(num_tokens, d_in, d_out, *, attention_products: int = 2, out_proj: bool = True,
-                  of_total: bool = True, widths_swapped: bool = False) -> float:
-    """``attention_share`` written out with a chosen mistake; the defaults give the correct share."""
+                  of_total: bool = True, widths_swapped: bool = False, counted: int | None = None) -> float:
+    """``attention_share`` written out with a chosen mistake; the defaults give the correct share.
+    ``counted``: how many of the attention products the share's numerator counts (all, by default)."""
     if widths_swapped:
         d_in, d_out = d_out, d_in
     attention = attention_products * num_tokens**2 * d_out  # QK^T, weights @ V (per sequence)
     rest = 3 * num_tokens * d_in * d_out + (num_tokens * d_out**2 if out_proj else 0)
-    return attention / (attention + rest) if of_total else attention / rest
+    shown = attention if counted is None else attention * counted / attention_products
+    return shown / (attention + rest) if of_total else shown / rest
 
 
 def expected_share(args: tuple[int, int, int]) -> float:
@@ -106,6 +108,10 @@ SHARE = Exercise(
                 "You counted one attention product. There are two of the same size, each "
                 "T x T x d_out per sequence: the scores Q K^T, and the weighted sum of the values.",
                 _share_like(attention_products=1)),
+        Mistake("one-product-shared",
+                "Your total counts both attention products, but the share counts only one of them: the "
+                "weighted sum of the values, T x T x d_out, is attention's work too, beside the scores.",
+                _share_like(counted=1)),
         Mistake("no-out-proj",
                 "You left out the output projection, T x d_out x d_out multiply-adds per sequence: "
                 "it is part of the batched module's forward pass, so it belongs in the total.",
