@@ -98,6 +98,13 @@ def _drop_by_a_hook_left_on(model, head, tokens, labels):
     return full - accuracy(model, tokens, labels)
 
 
+def _drop_outside_no_grad(model, head, tokens, labels):
+    ablated_model = copy.deepcopy(model)
+    d_h = model.attention.head_dim
+    ablated_model.attention.out_proj.weight[:, head * d_h:(head + 1) * d_h] = 0  # torch refuses: a leaf in place
+    return accuracy(model, tokens, labels) - accuracy(ablated_model, tokens, labels)
+
+
 def _drop_from_the_checks(model, head, tokens, labels):
     from mha_course.exercises import chapter5
 
@@ -125,6 +132,7 @@ WRONG = {
     ("5.1", "position-zero-counted"): _drop(_columns, all_positions=True),
     ("5.1", "mode-changed"): _drop(_columns, train_original=True),
     ("5.1", "hook-left"): _drop_by_a_hook_left_on,
+    ("5.1", "no-grad-missing"): _drop_outside_no_grad,
 }
 
 #: Answers that are, or call, the package's own answer (or the checks' own): refused, naming what

@@ -22,7 +22,7 @@ from ..experiments.specialisation import (IGNORE_INDEX, SpecialisationConfig, Ti
                                           difference_task, train)
 from .framework import Check, Exercise, Mistake
 from .probes import agrees, case_seed, generator
-from .records import Failed, Recorder, number, number_of, number_pair, plain, seed_of, value_of
+from .records import Failed, Recorder, number, number_of, number_pair, plain, raised, seed_of, value_of
 
 #: The stored models: their weights, and how they were trained.
 MODELS_PATH = Path(__file__).parent / "data" / "trained_models.json"
@@ -228,6 +228,11 @@ ABLATION = Exercise(
         Check("shorter sequences", _drop(_cases_of(4, short=True))),
     ),
     mistakes=(
+        Mistake("no-grad-missing",
+                "PyTorch refuses to change a parameter in place while it records gradients. Zero the "
+                "weights inside a with torch.no_grad(): block (or through weight.data).",
+                lambda record: any(raised(record, c, "leaf Variable that requires grad")
+                                   for c in ablation_cases(seed_of(record)))),
         Mistake("mode-changed",
                 "Your function left the weights alone but switched the model it was given to training "
                 "mode (model.train(), or a helper that calls it), so whatever uses the model next runs it "
