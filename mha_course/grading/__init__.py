@@ -23,8 +23,9 @@ kernel's sandbox has ended - runs in a sandbox that
 * has no network at all (a network namespace of its own: TCP, MPTCP and TCP Fast Open reach
   nothing; the kernel talks to the grader over IPC sockets in its folder, the answer process over a
   socket pair);
-* ends with everything in it: when the kernel shuts down or the answer process is closed, every
-  process it started, ``setsid`` daemons included, ends; and every sandbox ends with the grader.
+* ends with everything in it: when the kernel is stopped (killed once its last cell has run) or the answer
+  process is closed, every process it started, ``setsid`` daemons included, ends; and every sandbox ends
+  with the grader.
 
 So no notebook can change another notebook's grade, nor what later gradings use, and no grading
 process outlives ``grade``.
