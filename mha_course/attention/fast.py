@@ -26,7 +26,7 @@ from torch import nn
 
 from ._validation import validate_attention_args, validate_input
 from .heads import captured_attention_weights, merge_heads, score_dtype, split_heads, stack_qkv, unstack_qkv
-from .masking import causal_mask, safe_softmax, with_padding
+from .masking import call_mask, causal_mask, safe_softmax
 from .multihead import MultiHeadAttention, not_a_multihead
 
 
@@ -96,8 +96,7 @@ class FastMultiHeadAttention(nn.Module):
         # Each (B, h, T, d_h): views of qkv, nothing copied.
         queries, keys, values = (split_heads(t, self.num_heads)
                                  for t in unstack_qkv(qkv, dim=-1))
-        mask = None if attention_mask is None else with_padding(
-            causal_mask(x.shape[1], x.device), attention_mask, len(x))
+        mask = call_mask(x, attention_mask=attention_mask)  # None unless padded
         if self.use_sdpa:
             # Dropout only in training: in eval mode the kernel must drop
             # nothing, and it does not know the module's mode by itself.
