@@ -66,7 +66,7 @@ def _step(gqa, x_new, past_keys, past_values, *, tile=False, scale=True, append_
         seen_keys, seen_values = seen_keys.repeat_interleave(r, 1), seen_values.repeat_interleave(r, 1)
     scores = queries @ seen_keys.transpose(-2, -1)
     if scale:
-        scores = scores / seen_keys.shape[-1] ** 0.5
+        scores = scores / (gqa.d_out if scale == "d_out" else seen_keys.shape[-1]) ** 0.5
     if cpu_tensor:  # a fresh tensor without a device: on the CPU, whatever the inputs' device
         scores = scores + torch.zeros(scores.shape[-1])
     if row_zero_mask:  # the first row of the causal mask
@@ -147,6 +147,7 @@ WRONG = {
     ("6.2", "new-token-not-attended"): _step_with(append_first=False),
     ("6.2", "repeat-not-interleave"): _step_with(tile=True),
     ("6.2", "no-scale"): _step_with(scale=False),
+    ("6.2", "scale-d-out"): _step_with(scale="d_out"),
     ("6.2", "no-out-proj"): _step_with(project_out=False),
     ("6.2", "bias-ignored"): _step_with(use_bias=False),
     ("6.2", "softmax-over-queries"): _step_with(dim=-2),

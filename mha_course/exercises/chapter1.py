@@ -317,7 +317,9 @@ HEAD = Exercise(
                 _head_like(mix="keys")),
         Mistake("mask-on-cpu",
                 "Your mask is built on the CPU whatever the input's device, and masked_fill cannot mix "
-                "devices. Build it where the scores are: build_causal_mask(num_tokens, device=x.device).",
+                "devices. Build it where the scores are: torch.triu(torch.ones(T, T, dtype=torch.bool, "
+                "device=x.device), diagonal=1), or your build_causal_mask of exercise 1.1 with device=x.device "
+                "once it passes.",
                 lambda record: error_on_device(record, "on", "expected device", "same device"),
                 (_DEVICE_CHECK,)),
     ),

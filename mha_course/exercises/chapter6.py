@@ -224,7 +224,7 @@ def step_expected(gqa: GroupedQueryAttention, x: torch.Tensor, num_cached: int):
 
 @torch.no_grad()
 def step_variant(gqa: GroupedQueryAttention, x_new, past_keys, past_values, *, expand: str = "interleave",
-                 scale: bool = True, attend_new: bool = True, new_first: bool = False, out_proj: bool = True,
+                 scale: bool | str = True, attend_new: bool = True, new_first: bool = False, out_proj: bool = True,
                  biases: tuple[str, ...] = ("qkv", "out"), softmax_dim: int = -1, first_position_only: bool = False,
                  append: bool = True):
     """``decode_step`` written out with a chosen mistake (the catalogue of 6.2); the defaults give the correct step."""
@@ -245,7 +245,7 @@ def step_variant(gqa: GroupedQueryAttention, x_new, past_keys, past_values, *, e
         read_keys, read_values = (t.repeat(1, r, 1, 1) for t in (read_keys, read_values))
     scores = queries @ read_keys.transpose(2, 3)  # (B, h, 1, start + 1)
     if scale:
-        scores = scores / gqa.head_dim**0.5
+        scores = scores / (gqa.d_out if scale == "d_out" else gqa.head_dim)**0.5
     if first_position_only:
         scores[..., 1:] = float("-inf")
     weights = torch.softmax(scores, dim=softmax_dim)
@@ -362,6 +362,10 @@ STEP = Exercise(
                 "The scores are not scaled: divide them by sqrt(head_dim) before the softmax, "
                 "gqa.head_dim ** 0.5.",
                 _step_like(scale=False)),
+        Mistake("scale-d-out",
+                "You divided the scores by sqrt(d_out), the width of all heads together. Each head's "
+                "scores are divided by the square root of its own width: gqa.head_dim ** 0.5.",
+                _step_like(scale="d_out")),
         Mistake("no-out-proj",
                 "You returned the merged heads without the output projection: finish with "
                 "gqa.out_proj(context).",
