@@ -166,8 +166,8 @@ def validate_input(x, d_in: int, context_length: int | None, like: torch.Tensor 
     if context_length is not None and x.shape[1] > context_length:
         raise ValueError(
             f"x has {x.shape[1]} tokens (x.shape[1]) but the module was built with "
-            f"context_length={context_length}, so its causal mask covers only {context_length} "
-            f"positions. Build it with context_length>={x.shape[1]}, or shorten the input."
+            f"context_length={context_length}, the longest sequence it accepts. Build it with "
+            f"context_length>={x.shape[1]}, or shorten the input."
         )
     if attention_mask is not None:  # a padding mask (chapter 9): one entry per position of x
         validate_attention_mask(attention_mask, x.shape[0], x.shape[1], x.device)

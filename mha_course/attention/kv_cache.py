@@ -213,8 +213,8 @@ class KVCache:
         if context_length is not None and len(self) + num_new > context_length:
             raise ValueError(
                 f"the cache holds {len(self)} positions and x adds {num_new} more, {len(self) + num_new} "
-                f"in all, but the module was built with context_length={context_length}, so its "
-                f"causal mask covers only {context_length} positions. Start a new sequence with "
+                f"in all, but the module was built with context_length={context_length}, the longest "
+                f"sequence it accepts, cached positions included. Start a new sequence with "
                 f"cache.reset(), or build the module with context_length>={len(self) + num_new}."
             )
         self._layer = weakref.ref(layer)
