@@ -189,7 +189,7 @@ class GroupedQueryAttention(nn.Module):
             r = self.group_size
             keys = keys.repeat_interleave(r, dim=1)  # (B, h, S, d_h)
             values = values.repeat_interleave(r, dim=1)  # (B, h, S, d_h)
-            dtype = score_dtype(queries.dtype)  # float32 for float16 inputs
+            dtype = score_dtype(queries.dtype)  # float32 for half-precision inputs
             queries = queries.to(dtype) * self.head_dim**-0.5
             scores = queries @ keys.to(dtype).transpose(2, 3)  # (B, h, T, S)
             if mask is None:
