@@ -169,5 +169,5 @@ def test_without_the_sandbox_the_same_attack_changes_the_victims_grade(setup, al
             os.kill(pid, signal.SIGKILL)
     assert f"note: {NO_SANDBOX}" in stderr and stderr.count(NO_SANDBOX) == 1
     assert {r["sandbox"] for r in graded.values()} == {"none"}
-    assert graded["raises.ipynb"] != alone["raises.ipynb"]
+    assert graded["raises.ipynb"]["exercises"] != alone["raises.ipynb"]["exercises"]
     assert graded["raises.ipynb"]["exercises"][0][1] != "passed", graded["raises.ipynb"]  # its right answer lost
