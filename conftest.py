@@ -19,6 +19,7 @@ here, before it fails on another contributor's runner.
 """
 
 import os
+import sys
 
 import pytest
 
@@ -82,3 +83,9 @@ def pytest_runtest_setup(item):
         yield
     finally:
         del os.environ["ATEN_CPU_CAPABILITY"]
+
+
+def pytest_runtest_teardown(item):
+    """A docstring example that draws a figure leaves it open in pyplot's list: close it with the example."""
+    if type(item).__name__ == "DoctestItem" and "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
