@@ -53,7 +53,7 @@ def author_year(surnames: list[str], year: str) -> str:
 @cache
 def _plain_text():
     """pybtex's plain-text backend, found once: ``render_as("text")`` searches the installed packages'
-    entry points on every call (a twentieth of a second each, hundreds of calls per edition)."""
+    entry points on every call (about a hundredth of a second each, hundreds of calls per edition)."""
     return find_plugin("pybtex.backends", "text")()
 
 
