@@ -2,7 +2,7 @@
 turn (mha_course.grading.grader), so that they import torch and the checks while the notebook before it runs.
 
 The notebooks here say what their kernel found by raising: a first cell that finds torch not imported
-yet raises, and so would one that finds a name the warm-up left. A grading's kernel builds figures but
+yet raises, and so would one that finds the meta device unprepared or a name the warm-up left. A grading's kernel builds figures but
 draws none, and PyTorch computes on one thread there. A kernel and an answer process started ahead and
 never used are ended with their grading, sandbox and all.
 """
@@ -27,6 +27,8 @@ pytestmark = [POSIX_GRADING, pytest.mark.kernel]
 CELLS = [
     "import sys\nassert 'torch' in sys.modules, 'torch was not imported before the first cell'",
     "assert 'mha_course.exercises.chapter1' in sys.modules, 'the checks were not built before the first cell'",
+    "from mha_course.exercises.probes import prepare_meta\n"
+    "assert prepare_meta.cache_info().currsize == 1, 'the meta device was not prepared before the first cell'",
     "assert '_warm' not in dir(), 'the warm-up left a name'",
     "import torch\nfrom mha_course import check",
     "def build_causal_mask(num_tokens, device=None):\n"

@@ -10,6 +10,7 @@ and the judge, in different processes, draw the same tensors.
 
 from __future__ import annotations
 
+import functools
 import random
 import zlib
 from typing import Any, Callable
@@ -74,13 +75,14 @@ def matrices(seed: int, salt: str, count: int, rows: int, columns: int, scale: f
 # Devices
 
 
-def _prepare_meta() -> None:
-    """Run one operation on the meta device now.
+@functools.cache
+def prepare_meta() -> None:
+    """Run one operation on the meta device now (once a process; later calls return at once).
 
     The first operation whose meta kernel is written in Python (``triu``, ``masked_fill``...) makes
-    PyTorch import its whole meta machinery, which takes a second or more. Paid here, on import of
-    the checks, it is paid once, before any answer runs, and never counts against the time an answer
-    is given to run.
+    PyTorch import its whole meta machinery, which takes a second or more. The grader's answer process
+    and kernels pay it before any answer runs, so it never counts against the time an answer is given;
+    elsewhere the first device probe pays it. A process that only judges records never does.
     """
     try:
         torch.ones(2, 2, device=META).triu(1).masked_fill(torch.ones(2, 2, dtype=torch.bool, device=META), 0.0)
@@ -88,11 +90,9 @@ def _prepare_meta() -> None:
         pass
 
 
-_prepare_meta()
-
-
 def probe_devices() -> list[torch.device]:
     """The devices an answer is run on: ``meta`` always, and the course's device if not the CPU."""
+    prepare_meta()
     devices = [META]
     try:
         device = get_device()

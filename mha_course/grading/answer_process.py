@@ -33,6 +33,7 @@ import torch
 from .. import exercises
 from ..exercises.definitions import definitions, used_globals
 from ..exercises.framework import ERROR, MISSING, STATUS_KEY, probe
+from ..exercises.probes import prepare_meta
 from .grading_setup import ONE_THREAD, first_line
 from .sandbox import Sandbox
 
@@ -128,6 +129,8 @@ def run(work: dict, connection: socket.socket) -> None:
 def main() -> None:
     """The process: say ``("ready",)`` on the socket numbered ``argv[1]``, read the work, run it, end."""
     import matplotlib.pyplot  # noqa: F401 - the chapters' figures' module: imported before the work arrives
+
+    prepare_meta()  # PyTorch's meta machinery, which a device probe needs, loaded before the work arrives too
 
     connection = socket.socket(fileno=int(sys.argv[1]))
     send(connection, ("ready",))  # everything is imported: the grader may now send the work

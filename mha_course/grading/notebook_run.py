@@ -83,7 +83,8 @@ class NotebookRun:
     #: What a kernel imports before the notebook runs (while the notebook before it runs, if started ahead),
     #: binding no name the notebook could read; and the seconds it is given for that.
     WARM_UP = ("import torch as _warm, matplotlib.pyplot as _warm, mha_course.plots as _warm, "
-               "mha_course.exercises as _warm; _warm = _warm.EXERCISES; del _warm")
+               "mha_course.exercises as _warm; _warm = _warm.EXERCISES; "
+               "import mha_course.exercises.probes as _warm; _warm.prepare_meta(); del _warm")
     WARM_UP_TIMEOUT = 120
 
     def __init__(self, path: Path, folder: Path, events: list[str],
