@@ -20,6 +20,7 @@ a missing or stale build is an error instead; with ``MHA_COURSE_REQUIRE_BROWSER=
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import shutil
@@ -282,15 +283,30 @@ def _screenshot(page, path: Path, heading: dict | None) -> tuple[int | None, int
     Returns ``(found, expected)``: the left edge of the page's title as the screenshot shows it
     (``None`` if it shows no title where the page has it) and as the page lays it out, in pixels.
     """
+    # Every transition ends first: the theme's sidebar slides in with one, and a capture in
+    # mid-slide shifted the whole page sideways.
     page.evaluate(SETTLE_AFTER_RESIZE)
-    # animations="disabled" ends every transition before the capture: the theme's sidebar slides
-    # in with one, and a capture in mid-slide shifted the whole page sideways.
-    # The longest page (the API's) takes tens of seconds to capture on a busy machine.
-    data = page.screenshot(path=path, full_page=True, animations="disabled", timeout=180_000)
+    data = _full_page_png(page)
+    path.write_bytes(data)
     _screenshots_taken.append(path)
     if heading is None:
         return None, 0
     return where_screenshot_shows_title(data, heading), heading["left"]
+
+
+def _full_page_png(page) -> bytes:
+    """The whole page as a PNG, from chromium's DevTools protocol with the encoding made for speed
+    (``optimizeForSpeed``, which Playwright's screenshot does not offer): the capture costs about a
+    third less, for files about a quarter larger."""
+    session = page.context.new_cdp_session(page)
+    try:
+        size = session.send("Page.getLayoutMetrics")["cssContentSize"]
+        shot = session.send("Page.captureScreenshot", {
+            "format": "png", "optimizeForSpeed": True, "captureBeyondViewport": True,
+            "clip": {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}})
+    finally:
+        session.detach()
+    return base64.b64decode(shot["data"])
 
 
 # --------------------------------------------------------------------------------------------
