@@ -129,8 +129,7 @@ def run(work: dict, connection: socket.socket) -> None:
 def main() -> None:
     """The process: say ``("ready",)`` on the socket numbered ``argv[1]``, read the work, run it, end."""
     import matplotlib.pyplot  # noqa: F401 - the chapters' figures' module: imported before the work arrives
-
-    prepare_meta()  # PyTorch's meta machinery, which a device probe needs, loaded before the work arrives too
+    prepare_meta()  # and PyTorch's meta machinery, which the device probes need
 
     connection = socket.socket(fileno=int(sys.argv[1]))
     send(connection, ("ready",))  # everything is imported: the grader may now send the work

@@ -283,15 +283,24 @@ def _screenshot(page, path: Path, heading: dict | None) -> tuple[int | None, int
     Returns ``(found, expected)``: the left edge of the page's title as the screenshot shows it
     (``None`` if it shows no title where the page has it) and as the page lays it out, in pixels.
     """
-    # Every transition ends first: the theme's sidebar slides in with one, and a capture in
-    # mid-slide shifted the whole page sideways.
+    # Every transition ends first, and none runs during the capture (which lays the page out at its
+    # full height): the theme's sidebar slides in with one, and a capture in mid-slide shifted the
+    # whole page sideways.
     page.evaluate(SETTLE_AFTER_RESIZE)
-    data = _full_page_png(page)
+    still = page.add_style_tag(content=NO_MOTION)
+    try:
+        data = _full_page_png(page)
+    finally:
+        still.evaluate("(style) => style.remove()")
     path.write_bytes(data)
     _screenshots_taken.append(path)
     if heading is None:
         return None, 0
     return where_screenshot_shows_title(data, heading), heading["left"]
+
+
+#: What Playwright's ``animations="disabled"`` does for a capture, as a style: no transition or animation runs.
+NO_MOTION = "*, *::before, *::after { transition: none !important; animation: none !important; }"
 
 
 def _full_page_png(page) -> bytes:
