@@ -54,6 +54,11 @@ pages:
 	esac
 	@echo "The site for GitHub Pages (BOOK_EDITION=$(BOOK_EDITION)) is in _build/pages."
 
+# make test keeps Python's compiled files (__pycache__, ignored by git) even where the environment sets
+# PYTHONDONTWRITEBYTECODE: each of its workers, kernels and commands imports the package, and every worker rewrites
+# the tests' asserts; with the compiled files kept, that is done once.
+KEEP_BYTECODE := env -u PYTHONDONTWRITEBYTECODE
+
 # make test lints the code (ruff, rules in pyproject.toml), then builds the book (the browser tests read
 # _build/html), rendering the notebooks' stored outputs: the strict nbval run in pytest executes every chapter and
 # compares. As root (CI) it installs what is missing: chromium for the browser tests (otherwise they are skipped)
@@ -73,7 +78,7 @@ test: $(STAMP)
 	done
 	$(BIN)/ruff check .
 	MHA_COURSE_BOOK_EXECUTE=off $(BIN)/jupyter-book build . -W -n --keep-going
-	MHA_COURSE_REQUIRE_BOOK=1 $(BIN)/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder
+	MHA_COURSE_REQUIRE_BOOK=1 $(KEEP_BYTECODE) $(BIN)/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder
 
 # The linter, then the package's unit, property and doc tests: no Jupyter kernel, no book build, no browser (the
 # tests marked kernel, book, browser or sweep are left to make test). About two minutes on two workers. CI runs it on Linux,
