@@ -2,9 +2,9 @@
 turn (mha_course.grading.grader), so that they import torch and the checks while the notebook before it runs.
 
 The notebooks here say what their kernel found by raising: a first cell that finds torch not imported
-yet raises, and so would one that finds the meta device unprepared or a name the warm-up left. A grading's kernel builds figures but
-draws none, and PyTorch computes on one thread there. A kernel and an answer process started ahead and
-never used are ended with their grading, sandbox and all.
+yet raises, and so would one that finds the meta device unprepared or a name the warm-up left. A
+grading's kernel builds figures but draws none, and PyTorch computes on one thread there. A kernel and
+an answer process started ahead and never used are ended with their grading, sandbox and all.
 """
 
 from __future__ import annotations

@@ -306,7 +306,7 @@ NO_MOTION = "*, *::before, *::after { transition: none !important; animation: no
 def _full_page_png(page) -> bytes:
     """The whole page as a PNG, from chromium's DevTools protocol with the encoding made for speed
     (``optimizeForSpeed``, which Playwright's screenshot does not offer): the capture costs about a
-    third less, for files about a quarter larger."""
+    quarter less, for files about a quarter larger."""
     session = page.context.new_cdp_session(page)
     try:
         size = session.send("Page.getLayoutMetrics")["cssContentSize"]
